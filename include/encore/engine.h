@@ -1,0 +1,49 @@
+// The generation loop: prompt ids in, generated ids out, one token at a time.
+//
+// Ownership: a Generator borrows the model's ForwardContext, the KV pool and
+// the tokenizer; it owns one KvSequence for the request and releases its
+// blocks when destroyed. Not thread-safe: one Generator per request thread.
+// Cost: one forward pass over the prompt, then one per generated token.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "encore/kv_cache.h"
+#include "encore/model.h"
+#include "encore/tokenizer.h"
+
+namespace encore {
+
+enum class FinishReason {
+  Eog,      // the model produced an end-of-generation token (EOS, EOT ...)
+  Length,   // n_predict tokens were generated
+  Context,  // the context window (-c) is full
+};
+const char* finish_reason_name(FinishReason r);  // "eog", "length", "context"
+
+struct GenerateParams {
+  int32_t n_predict = -1;  // -1: until EOG or the context is full
+  float temp = 0.8f;       // 0: greedy argmax (ties to the lowest id)
+  uint64_t seed = 0;       // key of the token-draw RNG stream (see rng.h)
+};
+
+struct GenerateResult {
+  std::vector<TokenId> ids;  // generated ids (prompt excluded, EOG excluded)
+  FinishReason finish = FinishReason::Length;
+  double prompt_seconds = 0.0;
+  double generate_seconds = 0.0;
+};
+
+// Called with each generated id as soon as it is chosen (never for EOG).
+using TokenCallback = std::function<void(TokenId)>;
+
+// Runs prompt_ids (must be non-empty: at least BOS) then generates.
+// Throws InvalidArgument when the prompt alone does not fit the context.
+GenerateResult generate(ForwardContext& ctx, KvBlockPool& pool, const Tokenizer& tokenizer,
+                        const std::vector<TokenId>& prompt_ids, const GenerateParams& params,
+                        const TokenCallback& on_token);
+
+}  // namespace encore

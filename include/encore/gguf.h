@@ -1,0 +1,191 @@
+// GGUF model files: reader (mmap or plain memory) and writer.
+//
+// Spec: GGUF v2/v3 (little-endian). A file is
+//   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+//   n_kv x (string key, u32 value_type, value)
+//   n_tensors x (string name, u32 n_dims, u64 dims[n_dims], u32 type, u64 offset)
+//   padding to `general.alignment` (default 32) | tensor data
+// dims[0] is the fastest-moving (row length), as in ggml's ne[0].
+//
+// Ownership: a gguf::File owns its mapping or buffer; TensorInfo::data and
+// every string_view it hands out stay valid as long as the File lives.
+// Thread-safety: a File is immutable after open(); const methods may be
+// called from any number of threads.
+// Untrusted input: open() validates every count, length, type, shape and
+// offset against the file size before allocating or reading, and throws
+// encore::GgufError naming the file, the key or tensor, and the byte offset.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "encore/dtype.h"
+#include "encore/error.h"
+
+namespace encore::gguf {
+
+enum class ValueType : uint32_t {
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
+};
+const char* value_type_name(ValueType t);  // "uint32", "array", ...
+
+// One metadata value. Plain data: exactly one group of fields is meaningful,
+// chosen by `type`.
+struct Value {
+  ValueType type = ValueType::UINT8;
+  uint64_t u = 0;          // UINT8/16/32/64 and BOOL (0/1)
+  int64_t i = 0;           // INT8/16/32/64
+  double f = 0.0;          // FLOAT32/FLOAT64
+  std::string s;           // STRING (raw bytes, not checked for UTF-8)
+  ValueType elem = ValueType::UINT8;  // ARRAY: element type
+  std::vector<Value> arr;  // ARRAY: elements (may themselves be arrays)
+
+  static Value make_u32(uint32_t v);
+  static Value make_i32(int32_t v);
+  static Value make_u64(uint64_t v);
+  static Value make_f32(float v);
+  static Value make_bool(bool v);
+  static Value make_string(std::string v);
+  static Value make_array(ValueType elem, std::vector<Value> items);
+
+  bool is_integer() const;  // any signed/unsigned integer type
+  bool is_float() const;    // FLOAT32/FLOAT64
+  // Human-readable rendering (arrays abbreviated after `max_items`).
+  std::string to_string(size_t max_items = 8) const;
+};
+
+struct KeyValue {
+  std::string key;
+  Value value;
+  uint64_t offset = 0;  // byte offset of the key in the file
+};
+
+struct TensorInfo {
+  std::string name;
+  DType type = DType::F32;
+  std::vector<uint64_t> dims;  // dims[0] = row length (ggml ne[0])
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;       // size of the data, from type x shape
+  uint64_t data_offset = 0;   // relative to the start of the data section
+  uint64_t info_offset = 0;   // byte offset of this tensor's info in the file
+  const uint8_t* data = nullptr;  // zero-copy view into the mapping/buffer
+
+  uint64_t n_rows() const;  // product of dims[1..]
+  std::span<const uint8_t> bytes() const { return {data, n_bytes}; }
+};
+
+enum class LoadMode {
+  Mmap,  // map the file read-only (fast open, pages fault in on use)
+  Read,  // read the whole file into ordinary memory (faster decode on VMs
+         // where page-cache pages get evicted and faulted back)
+};
+
+class File {
+ public:
+  // Opens and validates `path`. Throws GgufError.
+  static File open(const std::string& path, LoadMode mode = LoadMode::Read);
+  // Parses an in-memory image; `name` stands for the path in messages.
+  // Used by tests and the fuzzer. Throws GgufError.
+  static File from_bytes(std::vector<uint8_t> bytes, std::string name = "<memory>");
+
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File();
+
+  const std::string& path() const;
+  uint32_t version() const;
+  uint64_t alignment() const;
+  uint64_t file_size() const;
+  uint64_t data_section_offset() const;
+  LoadMode load_mode() const;
+
+  const std::vector<KeyValue>& metadata() const;
+  const std::vector<TensorInfo>& tensors() const;
+
+  // nullptr if absent.
+  const Value* find(std::string_view key) const;
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+  // Typed getters: throw GgufError naming the file and key if the key is
+  // missing or has an incompatible type. Integer getters accept any integer
+  // type whose value fits; get_f32 accepts floats and integers.
+  uint32_t get_u32(std::string_view key) const;
+  uint64_t get_u64(std::string_view key) const;
+  int64_t get_i64(std::string_view key) const;
+  float get_f32(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+  const std::string& get_string(std::string_view key) const;
+  const Value& get_array(std::string_view key) const;  // type == ARRAY
+  // Optional variants: nullopt if absent, throw if present with a bad type.
+  std::optional<uint32_t> opt_u32(std::string_view key) const;
+  std::optional<float> opt_f32(std::string_view key) const;
+  std::optional<bool> opt_bool(std::string_view key) const;
+  std::optional<std::string> opt_string(std::string_view key) const;
+
+  // Tensor lookup that throws GgufError ("missing required tensor ...").
+  const TensorInfo& tensor(std::string_view name) const;
+
+ private:
+  struct Impl;
+  explicit File(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Builds a GGUF v3 file. Keys and tensors are written in insertion order.
+// Tensor data may be given as bytes or produced on demand by a callback
+// (so multi-GiB files never need to sit in memory at once).
+class Writer {
+ public:
+  // Fills exactly n_bytes at dst.
+  using Producer = std::function<void(uint8_t* dst, uint64_t n_bytes)>;
+
+  explicit Writer(uint32_t alignment = 32);
+
+  void set(std::string key, Value value);  // replaces an existing key
+  void add_tensor(std::string name, DType type, std::vector<uint64_t> dims,
+                  std::vector<uint8_t> data);
+  void add_tensor(std::string name, DType type, std::vector<uint64_t> dims, Producer producer);
+
+  // Writes atomically (temp file + rename). Throws encore::Error on I/O
+  // failure or invalid tensors (shape not a multiple of the block size,
+  // data of the wrong size, duplicate names).
+  void write(const std::string& path) const;
+  // The same bytes, in memory (tests, fuzz seeds).
+  std::vector<uint8_t> to_bytes() const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    DType type;
+    std::vector<uint64_t> dims;
+    uint64_t n_bytes;
+    std::vector<uint8_t> data;  // empty when produced
+    Producer producer;
+  };
+  uint32_t alignment_;
+  std::vector<std::pair<std::string, Value>> kv_;
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace encore::gguf

@@ -1,0 +1,61 @@
+// Synthetic model files: a real architecture's shapes and a real vocabulary,
+// with random weights. Used by tests and benchmarks where no trained model
+// of that size is at hand, and by the README's main job on a fresh clone.
+//
+// Weights are uniform in [-a, a] with std = scale / sqrt(fan_in), so
+// activations stay finite and the logits are neither flat nor one-hot; norm
+// weights are 1. Element (r, c) of tensor k is a pure function of
+// (seed, k, r, c): the file is byte-identical for the same options,
+// whatever the thread count.
+//
+// The file carries `encore.synthetic = true` so tools can say plainly that
+// its output is noise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "encore/dtype.h"
+
+namespace encore {
+
+class ThreadPool;
+
+struct SynthShape {
+  std::string preset;
+  int n_vocab = 0;  // replaced by the vocabulary's size with vocab_from
+  int n_ctx = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int n_ff = 0;
+  bool tied_output = false;
+};
+
+struct SynthOptions {
+  std::string arch = "llama";
+  std::string preset = "tiny";  // see synth_presets()
+  DType type = DType::F16;      // type of the 2-D weights (norms stay F32)
+  std::string vocab_from;       // GGUF whose tokenizer.* keys are copied; "" = built-in
+  uint64_t seed = 0;
+};
+
+// Preset names in order of size: "tiny", "125m", "1b".
+std::vector<std::string> synth_presets();
+// Throws InvalidArgument for an unknown preset, naming the known ones.
+SynthShape synth_shape(const std::string& preset);
+
+struct SynthSummary {
+  SynthShape shape;
+  uint64_t n_params = 0;
+  uint64_t file_bytes = 0;
+};
+
+// Writes the model to `path` (atomically). Throws InvalidArgument for bad
+// options (unknown arch, a type whose block size does not divide a row
+// length, a vocab file without tokenizer keys) and Error for I/O failures.
+SynthSummary synth_model(const SynthOptions& options, const std::string& path, ThreadPool& pool);
+
+}  // namespace encore

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every test: set up, build (Release), run the whole ctest suite, then the
+# unit tests again under ASan+UBSan, then the GGUF fuzzer for a bounded time.
+#   SHARED_DIR=/path/to/shared scripts/test.sh   (default: ../shared beside the repo)
+#   FUZZ_SECONDS=60 (0 skips the fuzzer)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+shared="${SHARED_DIR:-$root/../shared}"
+jobs="${JOBS:-$(nproc)}"
+fuzz_seconds="${FUZZ_SECONDS:-60}"
+
+bash scripts/setup.sh
+
+echo "== Release build and full test suite (data: $shared)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DENCORE_SHARED_DIR="$shared" >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+
+echo "== ASan+UBSan build, unit tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DENCORE_SANITIZE=ON \
+  -DENCORE_SHARED_DIR="$shared" >/dev/null
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 900
+
+if [ "$fuzz_seconds" != "0" ]; then
+  echo "== libFuzzer: GGUF reader for ${fuzz_seconds}s"
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
+    -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+  cmake --build build-fuzz -j "$jobs" --target fuzz_gguf
+  bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds"
+fi
+
+# ctest stops the script on any failure (set -e), so reaching here means all passed.
+count() { ctest --test-dir "$1" -N "${@:2}" | sed -n 's/^Total Tests: //p'; }
+n=$(( $(count build) + $(count build-asan -L unit) ))
+echo "== all test stages passed"
+echo "tests: $n passed, 0 failed"

@@ -1,0 +1,176 @@
+// `encore run`: generate text from a GGUF model, llama.cpp's flag names.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "encore/engine.h"
+#include "encore/error.h"
+#include "encore/fingerprint.h"
+#include "encore/gguf.h"
+#include "encore/kv_cache.h"
+#include "encore/model.h"
+#include "encore/thread_pool.h"
+#include "encore/tokenizer.h"
+
+namespace encore::cli {
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string file;
+  int32_t n_predict = -1;
+  float temp = 0.8f;
+  std::optional<uint64_t> seed;
+  int threads = 0;
+  int32_t ctx_size = 0;
+  double kv_mem_mib = 0;
+  bool json = false;
+  bool mmap = false;
+};
+
+constexpr int32_t kDefaultMaxCtx = 4096;
+
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InvalidArgument(fmt::format("-f {}: cannot open the prompt file", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A seed nobody chose: drawn from the OS entropy source and reported back,
+// so that the output can be reproduced later with --seed.
+uint64_t entropy_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
+double per_second(size_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
+
+void run_generate(const RunArgs& a) {
+  if (!a.prompt.empty() && !a.file.empty()) {
+    throw InvalidArgument("give the prompt with -p or -f, not both");
+  }
+  if (a.temp < 0.0f) throw InvalidArgument(fmt::format("--temp {} must be >= 0", a.temp));
+  const std::string prompt = a.file.empty() ? a.prompt : read_prompt_file(a.file);
+  const uint64_t seed = a.seed ? *a.seed : entropy_seed();
+  const int n_threads = a.threads > 0 ? a.threads : default_threads();
+
+  const auto load_start = std::chrono::steady_clock::now();
+  const gguf::File file =
+      gguf::File::open(a.model, a.mmap ? gguf::LoadMode::Mmap : gguf::LoadMode::Read);
+  const std::unique_ptr<Model> model = Model::load(file);
+  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::create(vocab_from_gguf(file));
+  const HParams& hp = model->hparams();
+  if (tokenizer->n_vocab() != hp.n_vocab) {
+    throw ModelError(fmt::format("{}: the tokenizer has {} tokens but the model's vocabulary is {}",
+                                 a.model, tokenizer->n_vocab(), hp.n_vocab));
+  }
+  if (a.ctx_size < 0) throw InvalidArgument(fmt::format("-c {} must be >= 0", a.ctx_size));
+  const int32_t n_ctx = a.ctx_size > 0 ? a.ctx_size : std::min(hp.n_ctx_train, kDefaultMaxCtx);
+  const KvLayout layout = kv_layout_for(hp);
+  const uint64_t kv_bytes = a.kv_mem_mib > 0 ? static_cast<uint64_t>(a.kv_mem_mib * 1048576.0)
+                                             : kv_bytes_for_tokens(layout, n_ctx);
+  KvBlockPool pool(layout, kv_bytes);
+  ThreadPool threads(n_threads);
+  ForwardContext ctx(*model, pool, threads, n_ctx);
+  bool fp_cached = false;
+  const std::string fingerprint = model_fingerprint_cached(file, n_threads, &fp_cached);
+  const double load_ms = std::chrono::duration<double, std::milli>(
+                             std::chrono::steady_clock::now() - load_start)
+                             .count();
+
+  if (file.opt_bool("encore.synthetic").value_or(false)) {
+    fmt::print(stderr,
+               "note: {} has random weights (made by `encore synth`): the text below is noise\n",
+               a.model);
+  }
+  fmt::print(stderr, "load: {:.1f} ms ({}, {} threads, context {}, KV {:.1f} MiB in {} blocks)\n",
+             load_ms, a.mmap ? "mmap" : "read into memory", n_threads, n_ctx,
+             pool.n_blocks() * layout.block_bytes() / 1048576.0, pool.n_blocks());
+
+  // An empty prompt means BOS only (whatever add_bos says).
+  Tokenizer::EncodeOptions enc;
+  enc.add_bos = tokenizer->vocab().add_bos;
+  std::vector<TokenId> prompt_ids = tokenizer->encode(prompt, enc);
+  if (prompt_ids.empty() || (prompt.empty() && prompt_ids.front() != tokenizer->vocab().bos)) {
+    if (tokenizer->vocab().bos < 0) {
+      throw ModelError(fmt::format("{}: the prompt is empty and the vocabulary has no BOS token",
+                                   a.model));
+    }
+    prompt_ids.insert(prompt_ids.begin(), tokenizer->vocab().bos);
+  }
+  // The SPM dummy-prefix space of the first word is dropped when the text
+  // starts right after BOS, as llama.cpp renders it.
+  const bool after_bos_only = prompt_ids.size() == 1 && prompt_ids[0] == tokenizer->vocab().bos;
+
+  GenerateParams params;
+  params.n_predict = a.n_predict;
+  params.temp = a.temp;
+  params.seed = seed;
+
+  StreamDecoder stream(*tokenizer, after_bos_only);
+  if (!a.json) {
+    fmt::print("{}", prompt);
+    std::fflush(stdout);
+  }
+  const GenerateResult r =
+      generate(ctx, pool, *tokenizer, prompt_ids, params, [&](TokenId id) {
+        if (a.json) return;
+        fmt::print("{}", stream.push(id));
+        std::fflush(stdout);
+      });
+
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["prompt_ids"] = prompt_ids;
+    j["ids"] = r.ids;
+    j["text"] = tokenizer->decode(r.ids, false, after_bos_only);
+    j["seed"] = seed;
+    j["model_fingerprint"] = fingerprint;
+    j["finish_reason"] = finish_reason_name(r.finish);
+    j["n_ctx"] = n_ctx;
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print("{}\n", stream.finish());
+  }
+  std::fflush(stdout);
+  fmt::print(stderr, "prompt: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", prompt_ids.size(),
+             r.prompt_seconds * 1e3, per_second(prompt_ids.size(), r.prompt_seconds));
+  fmt::print(stderr, "generate: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", r.ids.size(),
+             r.generate_seconds * 1e3, per_second(r.ids.size(), r.generate_seconds));
+  fmt::print(stderr, "finish: {} ({}), seed {}, fingerprint {}\n", finish_reason_name(r.finish),
+             r.finish == FinishReason::Eog      ? "end-of-generation token"
+             : r.finish == FinishReason::Length ? "reached -n"
+                                                : "context full (-c)",
+             seed, fingerprint);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* sub = app.add_subcommand("run", "Generate text from a GGUF model");
+  sub->add_option("-m,--model", args->model, "Model .gguf")->required();
+  sub->add_option("-p,--prompt", args->prompt, "Prompt text (empty: BOS only)");
+  sub->add_option("-f,--file", args->file, "Read the prompt from a file");
+  sub->add_option("-n,--n-predict", args->n_predict, "Tokens to generate (-1: until EOS or context full)");
+  sub->add_option("--temp", args->temp, "Temperature (0: greedy argmax, ties to the lowest id)");
+  sub->add_option("--seed", args->seed, "Seed of the sampler (default: random, reported)");
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)");
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context size in tokens (0: model's, at most 4096)");
+  sub->add_option("--kv-mem", args->kv_mem_mib, "KV cache budget in MiB (default: what -c needs)");
+  sub->add_flag("--json", args->json, "Print one JSON object instead of streaming text");
+  sub->add_flag("--mmap,!--no-mmap", args->mmap, "Map the weights instead of reading them into memory");
+  sub->callback([args] { run_generate(*args); });
+}
+
+}  // namespace encore::cli

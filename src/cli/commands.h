@@ -1,0 +1,17 @@
+// Sub-commands of the `encore` binary. Each add_* registers its flags and a
+// callback on `app`; callbacks throw encore::Error on bad input, which
+// main() prints as one "error:" line and turns into exit code 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace encore::cli {
+
+void add_run_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+
+// Threads to use when -t is not given: every core the machine has.
+int default_threads();
+
+}  // namespace encore::cli

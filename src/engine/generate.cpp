@@ -1,0 +1,90 @@
+#include <fmt/format.h>
+
+#include <chrono>
+#include <vector>
+
+#include "encore/engine.h"
+#include "encore/error.h"
+#include "encore/rng.h"
+#include "encore/sampler.h"
+
+namespace encore {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Greedy for temp == 0, otherwise one draw from stream (seed, sample 0,
+// t = index of the generated token), purpose 0 (see rng.h).
+TokenId choose(std::span<const float> logits, const GenerateParams& p, uint64_t t) {
+  if (p.temp <= 0.0f) return argmax(logits);
+  const float u = uniform_from_word(random_words(p.seed, 0, t)[0]);
+  return sample_softmax(logits, p.temp, u);
+}
+
+// Releases the sequence's blocks however generate() exits.
+struct SequenceGuard {
+  KvBlockPool& pool;
+  KvSequence seq;
+  ~SequenceGuard() { seq.release(pool); }
+};
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Eog:
+      return "eog";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Context:
+      return "context";
+  }
+  return "?";
+}
+
+GenerateResult generate(ForwardContext& ctx, KvBlockPool& pool, const Tokenizer& tokenizer,
+                        const std::vector<TokenId>& prompt_ids, const GenerateParams& params,
+                        const TokenCallback& on_token) {
+  if (prompt_ids.empty()) throw InvalidArgument("generate: the prompt has no tokens (not even BOS)");
+  const int32_t n_ctx = ctx.n_ctx();
+  if (static_cast<int64_t>(prompt_ids.size()) > n_ctx) {
+    throw InvalidArgument(fmt::format(
+        "the prompt has {} tokens but the context size is {}: shorten the prompt or raise -c",
+        prompt_ids.size(), n_ctx));
+  }
+
+  GenerateResult result;
+  SequenceGuard guard{pool, {}};
+  std::vector<float> logits(static_cast<size_t>(tokenizer.n_vocab()));  // [n_vocab]
+
+  auto start = std::chrono::steady_clock::now();
+  ctx.eval(guard.seq, prompt_ids, logits);
+  result.prompt_seconds = seconds_since(start);
+
+  start = std::chrono::steady_clock::now();
+  for (uint64_t t = 0;; ++t) {
+    if (params.n_predict >= 0 && result.ids.size() >= static_cast<size_t>(params.n_predict)) {
+      result.finish = FinishReason::Length;
+      break;
+    }
+    const TokenId id = choose(logits, params, t);
+    if (tokenizer.is_eog(id)) {
+      result.finish = FinishReason::Eog;
+      break;
+    }
+    result.ids.push_back(id);
+    if (on_token) on_token(id);
+    if (guard.seq.n_tokens >= n_ctx) {
+      result.finish = FinishReason::Context;
+      break;
+    }
+    const TokenId next[1] = {id};
+    ctx.eval(guard.seq, next, logits);
+  }
+  result.generate_seconds = seconds_since(start);
+  return result;
+}
+
+}  // namespace encore
