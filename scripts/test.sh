@@ -28,7 +28,7 @@ if [ "$fuzz_seconds" != "0" ]; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build-fuzz -j "$jobs" --target fuzz_gguf
-  bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds"
+  bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

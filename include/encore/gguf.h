@@ -11,6 +11,9 @@
 // every string_view it hands out stay valid as long as the File lives.
 // Thread-safety: a File is immutable after open(); const methods may be
 // called from any number of threads.
+// Alignment: tensor data sits at file offsets that are multiples of
+// alignment(), and the image starts 64-byte aligned (Read, from_bytes) or
+// page aligned (Mmap), so TensorInfo::data is aligned to min(alignment(), 64).
 // Untrusted input: open() validates every count, length, type, shape and
 // offset against the file size before allocating or reading, and throws
 // encore::GgufError naming the file, the key or tensor, and the byte offset.
@@ -52,12 +55,12 @@ const char* value_type_name(ValueType t);  // "uint32", "array", ...
 // chosen by `type`.
 struct Value {
   ValueType type = ValueType::UINT8;
-  uint64_t u = 0;          // UINT8/16/32/64 and BOOL (0/1)
-  int64_t i = 0;           // INT8/16/32/64
-  double f = 0.0;          // FLOAT32/FLOAT64
-  std::string s;           // STRING (raw bytes, not checked for UTF-8)
+  uint64_t u = 0;                     // UINT8/16/32/64 and BOOL (0/1)
+  int64_t i = 0;                      // INT8/16/32/64
+  double f = 0.0;                     // FLOAT32/FLOAT64
+  std::string s;                      // STRING (raw bytes, not checked for UTF-8)
   ValueType elem = ValueType::UINT8;  // ARRAY: element type
-  std::vector<Value> arr;  // ARRAY: elements (may themselves be arrays)
+  std::vector<Value> arr;             // ARRAY: elements (may themselves be arrays)
 
   static Value make_u32(uint32_t v);
   static Value make_i32(int32_t v);
@@ -84,9 +87,9 @@ struct TensorInfo {
   DType type = DType::F32;
   std::vector<uint64_t> dims;  // dims[0] = row length (ggml ne[0])
   uint64_t n_elements = 0;
-  uint64_t n_bytes = 0;       // size of the data, from type x shape
-  uint64_t data_offset = 0;   // relative to the start of the data section
-  uint64_t info_offset = 0;   // byte offset of this tensor's info in the file
+  uint64_t n_bytes = 0;           // size of the data, from type x shape
+  uint64_t data_offset = 0;       // relative to the start of the data section
+  uint64_t info_offset = 0;       // byte offset of this tensor's info in the file
   const uint8_t* data = nullptr;  // zero-copy view into the mapping/buffer
 
   uint64_t n_rows() const;  // product of dims[1..]
@@ -117,6 +120,8 @@ class File {
   uint32_t version() const;
   uint64_t alignment() const;
   uint64_t file_size() const;
+  // Header end rounded up to alignment(). In a file without tensors it may
+  // exceed file_size(): ggml does not pad such files.
   uint64_t data_section_offset() const;
   LoadMode load_mode() const;
 
@@ -167,14 +172,26 @@ class Writer {
                   std::vector<uint8_t> data);
   void add_tensor(std::string name, DType type, std::vector<uint64_t> dims, Producer producer);
 
-  // Writes atomically (temp file + rename). Throws encore::Error on I/O
-  // failure or invalid tensors (shape not a multiple of the block size,
-  // data of the wrong size, duplicate names).
+  // set() and add_tensor() validate their arguments and throw
+  // encore::InvalidArgument (an encore::Error) for an empty or overlong
+  // key/name, a value whose payload does not fit its type, a shape that is
+  // not a multiple of the block size, data of the wrong size or a duplicate
+  // tensor name. set("general.alignment", u32) also changes the alignment.
+  //
+  // Writes atomically (temp file in the same folder + fsync + rename):
+  // `path` either keeps its old content or gets the complete new file.
+  // Producers run one at a time, in tensor order, into a buffer the size of
+  // the largest produced tensor; an exception from a producer removes the
+  // temp file and propagates. Throws encore::Error on I/O failure.
   void write(const std::string& path) const;
   // The same bytes, in memory (tests, fuzz seeds).
   std::vector<uint8_t> to_bytes() const;
 
  private:
+  // Header, metadata and tensor infos, zero-padded to the alignment; fills
+  // each tensor's offset in the data section and the total file size.
+  std::vector<uint8_t> header_bytes(std::vector<uint64_t>* offsets, uint64_t* total_size) const;
+
   struct PendingTensor {
     std::string name;
     DType type;

@@ -3,9 +3,11 @@
 // Ownership: a ThreadPool owns n_threads - 1 worker threads, created in the
 // constructor and joined in the destructor; the thread that calls
 // parallel_for() is the remaining one. No threads are created per call.
-// Cost: one parallel_for() wakes the workers, runs the chunks and waits for
-// the slowest one (a few microseconds of overhead; workers spin briefly before
-// sleeping so back-to-back calls stay cheap).
+// Cost: one parallel_for() publishes the job, runs chunks on the caller and
+// waits only for chunks other threads have actually started (a few
+// microseconds; workers spin briefly before sleeping so back-to-back calls
+// stay cheap). A worker that is slow to wake (busy or oversubscribed
+// machine) is not waited for: its chunk is run by whoever is free.
 // Thread-safety: parallel_for() must be called from one thread at a time and
 // is not reentrant (fn must not call parallel_for() on the same pool); both
 // misuses are detected and throw std::logic_error. size() is safe anywhere.
@@ -26,11 +28,13 @@ namespace encore {
 class ThreadPool {
  public:
   // fn(begin, end, thread): processes [begin, end); `thread` in [0, size())
-  // identifies the executing thread (index per-thread scratch with it).
+  // identifies the executing thread (the caller is 0), for per-thread scratch.
   using RangeFn = std::function<void(int64_t begin, int64_t end, int thread)>;
 
-  // n_threads >= 1 (throws InvalidArgument otherwise); the caller of
-  // parallel_for() counts as one of them.
+  static constexpr int kMaxThreads = 4096;
+
+  // 1 <= n_threads <= kMaxThreads (throws InvalidArgument otherwise); the
+  // caller of parallel_for() counts as one of them.
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -38,34 +42,40 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Splits [0, n) statically into size() contiguous chunks, chunk t =
-  // [n*t/size(), n*(t+1)/size()) runs on thread t (the caller is thread 0),
-  // empty chunks are skipped. Blocks until every chunk has finished. If any
-  // chunk throws, the first exception (by thread index) is rethrown here
-  // after all chunks have finished. n <= 0 does nothing.
+  // Splits [0, n) statically into size() contiguous chunks, chunk c =
+  // [n*c/size(), n*(c+1)/size()); empty chunks are skipped. The split depends
+  // only on n and size(); which thread runs a chunk does not, so fn's results
+  // must depend only on [begin, end) (use `thread` only to pick scratch).
+  // Blocks until every chunk has finished. If chunks throw, the exception of
+  // the lowest-numbered failing chunk is rethrown here after all chunks have
+  // finished. n <= 0 does nothing.
   void parallel_for(int64_t n, const RangeFn& fn);
 
  private:
   void worker_main(int thread);
-  void run_chunk(int thread);
+  // Claims and runs chunks of job `gen` until none are left.
+  void run_chunks(uint64_t gen, int thread);
 
   const int n_threads_;
   std::vector<std::thread> workers_;
 
-  // The job of the current generation; written by the caller before the
-  // generation counter is bumped, read by workers after they see the bump.
+  // The current job; written by the caller before it publishes the job in
+  // state_, read by a thread only after it has claimed one of its chunks.
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
-  std::vector<std::exception_ptr> errors_;  // [n_threads], one slot each
+  std::vector<std::exception_ptr> errors_;  // [n_threads] one slot per chunk
 
-  std::atomic<uint64_t> generation_{0};  // bumped once per parallel_for
-  std::atomic<int> pending_{0};          // workers still running this job
-  std::atomic<bool> in_use_{false};      // detects reentrant/concurrent use
-  bool stop_ = false;                    // guarded by mutex_
+  // (generation << kChunkBits) | next unclaimed chunk. A claim is a CAS that
+  // also checks the generation, so a late worker can never take a chunk of
+  // a job that has already moved on.
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> chunks_done_{0};  // finished chunks of the current job
+  std::atomic<bool> in_use_{false};  // detects reentrant/concurrent use
+  bool stop_ = false;                // guarded by mutex_
 
   std::mutex mutex_;
-  std::condition_variable wake_;  // workers wait here for a new generation
-  std::condition_variable done_;  // the caller waits here for pending_ == 0
+  std::condition_variable wake_;  // workers wait here for a new job
+  std::condition_variable done_;  // the caller waits here for the last chunk
 };
 
 }  // namespace encore

@@ -17,9 +17,9 @@ namespace encore::gguf::detail {
 inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 inline constexpr uint32_t kVersion = 3;         // what the writer produces
 inline constexpr uint64_t kDefaultAlignment = 32;
-inline constexpr uint32_t kMaxDims = 4;             // GGML_MAX_DIMS
-inline constexpr uint64_t kMaxTensorNameBytes = 63; // ggml keeps names in char[64]
-inline constexpr uint64_t kMaxKeyBytes = 65535;     // the spec's limit on key length
+inline constexpr uint32_t kMaxDims = 4;              // GGML_MAX_DIMS
+inline constexpr uint64_t kMaxTensorNameBytes = 63;  // ggml keeps names in char[64]
+inline constexpr uint64_t kMaxKeyBytes = 65535;      // the spec's limit on key length
 inline constexpr uint64_t kMaxStringBytes = uint64_t{1} << 30;
 inline constexpr uint32_t kMaxArrayDepth = 16;
 // Every parsed array element becomes a Value (~100 bytes), so a small file

@@ -12,19 +12,32 @@ namespace encore::gguf {
 
 const char* value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: return "uint8";
-    case ValueType::INT8: return "int8";
-    case ValueType::UINT16: return "uint16";
-    case ValueType::INT16: return "int16";
-    case ValueType::UINT32: return "uint32";
-    case ValueType::INT32: return "int32";
-    case ValueType::FLOAT32: return "float32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::UINT64: return "uint64";
-    case ValueType::INT64: return "int64";
-    case ValueType::FLOAT64: return "float64";
+    case ValueType::UINT8:
+      return "uint8";
+    case ValueType::INT8:
+      return "int8";
+    case ValueType::UINT16:
+      return "uint16";
+    case ValueType::INT16:
+      return "int16";
+    case ValueType::UINT32:
+      return "uint32";
+    case ValueType::INT32:
+      return "int32";
+    case ValueType::FLOAT32:
+      return "float32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::UINT64:
+      return "uint64";
+    case ValueType::INT64:
+      return "int64";
+    case ValueType::FLOAT64:
+      return "float64";
   }
   return "unknown";
 }
@@ -88,8 +101,10 @@ bool Value::is_integer() const {
     case ValueType::UINT32:
     case ValueType::INT32:
     case ValueType::UINT64:
-    case ValueType::INT64: return true;
-    default: return false;
+    case ValueType::INT64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -130,15 +145,21 @@ std::string Value::to_string(size_t max_items) const {
     case ValueType::UINT8:
     case ValueType::UINT16:
     case ValueType::UINT32:
-    case ValueType::UINT64: return fmt::format("{}", u);
+    case ValueType::UINT64:
+      return fmt::format("{}", u);
     case ValueType::INT8:
     case ValueType::INT16:
     case ValueType::INT32:
-    case ValueType::INT64: return fmt::format("{}", i);
-    case ValueType::FLOAT32: return fmt::format("{}", static_cast<float>(f));
-    case ValueType::FLOAT64: return fmt::format("{}", f);
-    case ValueType::BOOL: return u ? "true" : "false";
-    case ValueType::STRING: return quoted(s);
+    case ValueType::INT64:
+      return fmt::format("{}", i);
+    case ValueType::FLOAT32:
+      return fmt::format("{}", static_cast<float>(f));
+    case ValueType::FLOAT64:
+      return fmt::format("{}", f);
+    case ValueType::BOOL:
+      return u ? "true" : "false";
+    case ValueType::STRING:
+      return quoted(s);
     case ValueType::ARRAY: {
       std::string out = "[";
       size_t shown = std::min(arr.size(), max_items);
@@ -165,24 +186,29 @@ uint64_t scalar_size(ValueType t) {
   switch (t) {
     case ValueType::UINT8:
     case ValueType::INT8:
-    case ValueType::BOOL: return 1;
+    case ValueType::BOOL:
+      return 1;
     case ValueType::UINT16:
-    case ValueType::INT16: return 2;
+    case ValueType::INT16:
+      return 2;
     case ValueType::UINT32:
     case ValueType::INT32:
-    case ValueType::FLOAT32: return 4;
+    case ValueType::FLOAT32:
+      return 4;
     case ValueType::UINT64:
     case ValueType::INT64:
-    case ValueType::FLOAT64: return 8;
+    case ValueType::FLOAT64:
+      return 8;
     case ValueType::STRING:
-    case ValueType::ARRAY: return 0;
+    case ValueType::ARRAY:
+      return 0;
   }
   return 0;
 }
 
 uint64_t min_encoded_size(ValueType t) {
-  if (t == ValueType::STRING) return 8;      // length, possibly no bytes
-  if (t == ValueType::ARRAY) return 4 + 8;   // element type and count
+  if (t == ValueType::STRING) return 8;     // length, possibly no bytes
+  if (t == ValueType::ARRAY) return 4 + 8;  // element type and count
   return scalar_size(t);
 }
 
@@ -212,17 +238,36 @@ void check_value_at(const Value& v, std::string_view key, uint32_t depth) {
   uint64_t max_u = 0;
   int64_t min_i = 0, max_i = 0;
   switch (v.type) {
-    case ValueType::UINT8: max_u = UINT8_MAX; break;
-    case ValueType::UINT16: max_u = UINT16_MAX; break;
-    case ValueType::UINT32: max_u = UINT32_MAX; break;
-    case ValueType::UINT64: max_u = UINT64_MAX; break;
-    case ValueType::BOOL: max_u = 1; break;
-    case ValueType::INT8: min_i = INT8_MIN, max_i = INT8_MAX; break;
-    case ValueType::INT16: min_i = INT16_MIN, max_i = INT16_MAX; break;
-    case ValueType::INT32: min_i = INT32_MIN, max_i = INT32_MAX; break;
-    case ValueType::INT64: min_i = INT64_MIN, max_i = INT64_MAX; break;
+    case ValueType::UINT8:
+      max_u = UINT8_MAX;
+      break;
+    case ValueType::UINT16:
+      max_u = UINT16_MAX;
+      break;
+    case ValueType::UINT32:
+      max_u = UINT32_MAX;
+      break;
+    case ValueType::UINT64:
+      max_u = UINT64_MAX;
+      break;
+    case ValueType::BOOL:
+      max_u = 1;
+      break;
+    case ValueType::INT8:
+      min_i = INT8_MIN, max_i = INT8_MAX;
+      break;
+    case ValueType::INT16:
+      min_i = INT16_MIN, max_i = INT16_MAX;
+      break;
+    case ValueType::INT32:
+      min_i = INT32_MIN, max_i = INT32_MAX;
+      break;
+    case ValueType::INT64:
+      min_i = INT64_MIN, max_i = INT64_MAX;
+      break;
     case ValueType::FLOAT32:
-    case ValueType::FLOAT64: return;
+    case ValueType::FLOAT64:
+      return;
     case ValueType::STRING:
       if (v.s.size() > kMaxStringBytes) bad("string longer than 1 GiB");
       return;
@@ -241,7 +286,8 @@ void check_value_at(const Value& v, std::string_view key, uint32_t depth) {
         check_value_at(item, key, depth + 1);
       }
       return;
-    default: bad(fmt::format("unknown value type {}", static_cast<uint32_t>(v.type)));
+    default:
+      bad(fmt::format("unknown value type {}", static_cast<uint32_t>(v.type)));
   }
   if (is_unsigned(v.type) || v.type == ValueType::BOOL) {
     if (v.u > max_u) bad(fmt::format("value {} does not fit in {}", v.u, value_type_name(v.type)));
@@ -280,17 +326,39 @@ void append_string(std::vector<uint8_t>& out, std::string_view s) {
 void append_value(std::vector<uint8_t>& out, const Value& v) {
   switch (v.type) {
     case ValueType::UINT8:
-    case ValueType::BOOL: append_le(out, static_cast<uint8_t>(v.u)); break;
-    case ValueType::INT8: append_le(out, static_cast<int8_t>(v.i)); break;
-    case ValueType::UINT16: append_le(out, static_cast<uint16_t>(v.u)); break;
-    case ValueType::INT16: append_le(out, static_cast<int16_t>(v.i)); break;
-    case ValueType::UINT32: append_le(out, static_cast<uint32_t>(v.u)); break;
-    case ValueType::INT32: append_le(out, static_cast<int32_t>(v.i)); break;
-    case ValueType::UINT64: append_le(out, v.u); break;
-    case ValueType::INT64: append_le(out, v.i); break;
-    case ValueType::FLOAT32: append_le(out, static_cast<float>(v.f)); break;
-    case ValueType::FLOAT64: append_le(out, v.f); break;
-    case ValueType::STRING: append_string(out, v.s); break;
+    case ValueType::BOOL:
+      append_le(out, static_cast<uint8_t>(v.u));
+      break;
+    case ValueType::INT8:
+      append_le(out, static_cast<int8_t>(v.i));
+      break;
+    case ValueType::UINT16:
+      append_le(out, static_cast<uint16_t>(v.u));
+      break;
+    case ValueType::INT16:
+      append_le(out, static_cast<int16_t>(v.i));
+      break;
+    case ValueType::UINT32:
+      append_le(out, static_cast<uint32_t>(v.u));
+      break;
+    case ValueType::INT32:
+      append_le(out, static_cast<int32_t>(v.i));
+      break;
+    case ValueType::UINT64:
+      append_le(out, v.u);
+      break;
+    case ValueType::INT64:
+      append_le(out, v.i);
+      break;
+    case ValueType::FLOAT32:
+      append_le(out, static_cast<float>(v.f));
+      break;
+    case ValueType::FLOAT64:
+      append_le(out, v.f);
+      break;
+    case ValueType::STRING:
+      append_string(out, v.s);
+      break;
     case ValueType::ARRAY:
       append_u32(out, static_cast<uint32_t>(v.elem));
       append_u64(out, v.arr.size());

@@ -69,7 +69,7 @@ constexpr uint16_t f32_to_fp16(float f) {
   // to an integer (rounding up to 0x400 yields the smallest normal, correctly).
   const uint32_t e = ax >> 23;
   if (e < 126 - 24) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to 0
-  const uint32_t m = (ax & 0x7fffffu) | 0x800000u;      // significand with implicit 1
+  const uint32_t m = (ax & 0x7fffffu) | 0x800000u;       // significand with implicit 1
   const uint32_t shift = 126 - e;                        // 14..24
   uint32_t q = m >> shift;
   const uint32_t rem = m & ((1u << shift) - 1);

@@ -104,8 +104,7 @@ void rope_adjacent(float* x, int n_heads, int head_dim, int n_rot, const float* 
   }
 }
 
-void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos,
-               const float* sin) {
+void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos, const float* sin) {
   const int half = n_rot / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * head_dim;

@@ -73,8 +73,7 @@ void rope_cos_sin(int64_t pos, int n_rot, float freq_base, float* cos_out, float
 // (2i, 2i+1). NeoX layout: pair i is (i, i + n_rot/2).
 void rope_adjacent(float* x, int n_heads, int head_dim, int n_rot, const float* cos,
                    const float* sin);
-void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos,
-               const float* sin);
+void rope_neox(float* x, int n_heads, int head_dim, int n_rot, const float* cos, const float* sin);
 
 // Keys and values of one layer of one sequence, stored in fixed-size blocks
 // (the paged KV cache). Token j lives in block j / block_tokens at row

@@ -6,8 +6,13 @@
 //
 // dequantize_row reproduces ggml's scalar dequantize_row_* bit for bit: same
 // integer unpacking, same float operations in the same order, no fused
-// multiply-add (the build uses -ffp-contract=off). quantize_row writes valid
-// blocks for synthetic models and tests; see quantize_row for its guarantees.
+// multiply-add (the build uses -ffp-contract=off). For every supported type
+// the products before the last step are exact in float (an fp16 scale has 11
+// significant bits, the quants and 6/8-bit scales at most 8), so only the
+// final add/subtract (or Q6_K's final multiply) rounds: the values equal
+// ggml's even where ggml was built with FMA contraction.
+// quantize_row writes valid blocks for synthetic models and tests; see
+// quantize_row for its guarantees.
 //
 // Cost: O(n) with a few integer ops and 1-3 float ops per value; no
 // allocation. Buffers may be unaligned (blocks are copied to the stack before
@@ -32,36 +37,36 @@ inline constexpr int kSuperBlock = 256;
 
 // Q4_0: y = (q - 8) * d.
 struct BlockQ4_0 {
-  uint16_t d;       // fp16 scale
-  uint8_t qs[16];   // [16] nibbles: low = value j, high = value j + 16
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // [16] nibbles: low = value j, high = value j + 16
 };
 
 // Q4_1: y = q * d + m.
 struct BlockQ4_1 {
-  uint16_t d;       // fp16 scale
-  uint16_t m;       // fp16 offset (the block minimum)
-  uint8_t qs[16];   // [16] nibbles: low = value j, high = value j + 16
+  uint16_t d;      // fp16 scale
+  uint16_t m;      // fp16 offset (the block minimum)
+  uint8_t qs[16];  // [16] nibbles: low = value j, high = value j + 16
 };
 
 // Q5_0: y = (q - 16) * d, q = 4 low bits from qs | 5th bit from qh.
 struct BlockQ5_0 {
-  uint16_t d;       // fp16 scale
-  uint8_t qh[4];    // [32] bits, little-endian uint32: bit i = 5th bit of value i
-  uint8_t qs[16];   // [16] nibbles: low = value j, high = value j + 16
+  uint16_t d;      // fp16 scale
+  uint8_t qh[4];   // [32] bits, little-endian uint32: bit i = 5th bit of value i
+  uint8_t qs[16];  // [16] nibbles: low = value j, high = value j + 16
 };
 
 // Q5_1: y = q * d + m, q as in Q5_0.
 struct BlockQ5_1 {
-  uint16_t d;       // fp16 scale
-  uint16_t m;       // fp16 offset
-  uint8_t qh[4];    // [32] bits, as in Q5_0
-  uint8_t qs[16];   // [16] nibbles, as in Q5_0
+  uint16_t d;      // fp16 scale
+  uint16_t m;      // fp16 offset
+  uint8_t qh[4];   // [32] bits, as in Q5_0
+  uint8_t qs[16];  // [16] nibbles, as in Q5_0
 };
 
 // Q8_0: y = q * d.
 struct BlockQ8_0 {
-  uint16_t d;       // fp16 scale
-  int8_t qs[32];    // [32] values
+  uint16_t d;     // fp16 scale
+  int8_t qs[32];  // [32] values
 };
 
 // Q4_K: 8 sub-blocks of 32 values; sub-block j has 6-bit scale sc[j] and
@@ -73,20 +78,20 @@ struct BlockQ8_0 {
 // qs holds 4 chunks of 64 values, 32 bytes each: byte l of chunk c has value
 // 64c + l in its low nibble and value 64c + 32 + l in its high nibble.
 struct BlockQ4_K {
-  uint16_t d;           // fp16 super-block scale of the 6-bit scales
-  uint16_t dmin;        // fp16 super-block scale of the 6-bit mins
-  uint8_t scales[12];   // [8 scales + 8 mins] x 6 bits, packed as above
-  uint8_t qs[128];      // [4 chunks][32] nibbles
+  uint16_t d;          // fp16 super-block scale of the 6-bit scales
+  uint16_t dmin;       // fp16 super-block scale of the 6-bit mins
+  uint8_t scales[12];  // [8 scales + 8 mins] x 6 bits, packed as above
+  uint8_t qs[128];     // [4 chunks][32] nibbles
 };
 
 // Q5_K: Q4_K plus a fifth bit per value. Bit 2c of qh[l] is the fifth bit of
 // value 64c + l, bit 2c + 1 that of value 64c + 32 + l.
 struct BlockQ5_K {
-  uint16_t d;           // fp16 super-block scale of the 6-bit scales
-  uint16_t dmin;        // fp16 super-block scale of the 6-bit mins
-  uint8_t scales[12];   // packed as in Q4_K
-  uint8_t qh[32];       // [32] bytes x 8 bits: fifth bits, layout above
-  uint8_t qs[128];      // [4 chunks][32] low nibbles, as in Q4_K
+  uint16_t d;          // fp16 super-block scale of the 6-bit scales
+  uint16_t dmin;       // fp16 super-block scale of the 6-bit mins
+  uint8_t scales[12];  // packed as in Q4_K
+  uint8_t qh[32];      // [32] bytes x 8 bits: fifth bits, layout above
+  uint8_t qs[128];     // [4 chunks][32] low nibbles, as in Q4_K
 };
 
 // Q6_K: 16 sub-blocks of 16 values with signed 8-bit scales;
@@ -98,10 +103,10 @@ struct BlockQ5_K {
 //   value l + 64 = ql[l]      >> 4 | ((qh[l] >> 4) & 3) << 4
 //   value l + 96 = ql[l + 32] >> 4 | ((qh[l] >> 6) & 3) << 4
 struct BlockQ6_K {
-  uint8_t ql[128];      // [2 halves][64] low 4 bits, layout above
-  uint8_t qh[64];       // [2 halves][32] high 2 bits, layout above
-  int8_t scales[16];    // [16] sub-block scales
-  uint16_t d;           // fp16 super-block scale
+  uint8_t ql[128];    // [2 halves][64] low 4 bits, layout above
+  uint8_t qh[64];     // [2 halves][32] high 2 bits, layout above
+  int8_t scales[16];  // [16] sub-block scales
+  uint16_t d;         // fp16 super-block scale
 };
 
 static_assert(sizeof(BlockQ4_0) == 18);

@@ -1,6 +1,12 @@
-// Persistent worker pool: one job at a time, published through a generation
-// counter. Workers spin for a short while before sleeping on a condition
-// variable, because a forward pass issues many small back-to-back jobs and a
+// Persistent worker pool: one job at a time, published through a packed
+// (generation, next chunk) word that threads claim chunks from.
+//
+// Why claiming instead of "chunk t runs on thread t": a forward pass issues
+// thousands of small jobs per second, and on a busy machine a sleeping worker
+// can take a whole scheduler time slice to wake up. With claiming the caller
+// simply runs the chunks nobody has started, so a late worker costs nothing.
+// The chunk boundaries stay static, so results never depend on who ran what.
+// Workers spin briefly before sleeping on a condition variable because a
 // futex sleep/wake per job would dominate tiny models.
 #include "encore/thread_pool.h"
 
@@ -12,9 +18,15 @@
 namespace encore {
 namespace {
 
+constexpr int kChunkBits = 12;  // 2^12 = kMaxThreads chunks per job
+constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
+static_assert((1 << kChunkBits) >= ThreadPool::kMaxThreads);
+
 // Spin iterations before blocking. Short on purpose: the machine may be
 // shared, and a sleeping worker only costs one wake-up per job.
 constexpr int kSpinIters = 2048;
+
+inline uint64_t gen_of(uint64_t state) { return state >> kChunkBits; }
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,18 +36,12 @@ inline void cpu_relax() {
 #endif
 }
 
-// Chunk t of [0, n) split into `parts` contiguous pieces.
-inline void chunk_bounds(int64_t n, int parts, int t, int64_t* begin, int64_t* end) {
-  *begin = n * t / parts;
-  *end = n * (t + 1) / parts;
-}
-
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
-  if (n_threads < 1) {
-    throw InvalidArgument("thread pool: need at least 1 thread, got " +
-                          std::to_string(n_threads));
+  if (n_threads < 1 || n_threads > kMaxThreads) {
+    throw InvalidArgument("thread pool: the thread count must be in [1, " +
+                          std::to_string(kMaxThreads) + "], got " + std::to_string(n_threads));
   }
   errors_.resize(static_cast<size_t>(n_threads));
   workers_.reserve(static_cast<size_t>(n_threads - 1));
@@ -53,41 +59,53 @@ ThreadPool::~ThreadPool() {
   for (std::thread& w : workers_) w.join();
 }
 
-void ThreadPool::run_chunk(int thread) {
-  int64_t begin = 0, end = 0;
-  chunk_bounds(n_, n_threads_, thread, &begin, &end);
-  if (begin >= end) return;
-  try {
-    (*fn_)(begin, end, thread);
-  } catch (...) {
-    errors_[static_cast<size_t>(thread)] = std::current_exception();
+void ThreadPool::run_chunks(uint64_t gen, int thread) {
+  uint64_t s = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if (gen_of(s) != gen || (s & kChunkMask) >= static_cast<uint64_t>(n_threads_)) return;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;  // s was reloaded
+    }
+    // Chunk claimed: the job cannot finish (and fn_/n_ cannot change) until
+    // it is counted as done below.
+    const int chunk = static_cast<int>(s & kChunkMask);
+    const int64_t begin = n_ * chunk / n_threads_;
+    const int64_t end = n_ * (chunk + 1) / n_threads_;
+    if (begin < end) {
+      try {
+        (*fn_)(begin, end, thread);
+      } catch (...) {
+        errors_[static_cast<size_t>(chunk)] = std::current_exception();
+      }
+    }
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_threads_) {
+      // Notify under the mutex so the caller cannot miss it between checking
+      // chunks_done_ and going to sleep.
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.notify_one();
+    }
+    s = state_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::worker_main(int thread) {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
+    uint64_t gen = gen_of(state_.load(std::memory_order_acquire));
     for (int i = 0; i < kSpinIters && gen == seen; ++i) {
       cpu_relax();
-      gen = generation_.load(std::memory_order_acquire);
+      gen = gen_of(state_.load(std::memory_order_acquire));
     }
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] {
-        return stop_ || generation_.load(std::memory_order_acquire) != seen;
-      });
-      gen = generation_.load(std::memory_order_acquire);
-      if (gen == seen) return;  // woken by stop_ with no job pending
+      wake_.wait(lock,
+                 [&] { return stop_ || gen_of(state_.load(std::memory_order_acquire)) != seen; });
+      gen = gen_of(state_.load(std::memory_order_acquire));
+      if (gen == seen) return;  // woken by stop_ with no new job
     }
     seen = gen;
-    run_chunk(thread);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Notify under the mutex so the caller cannot miss it between checking
-      // pending_ and going to sleep.
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_.notify_one();
-    }
+    run_chunks(gen, thread);
   }
 }
 
@@ -111,26 +129,26 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
 
   fn_ = &fn;
   n_ = n;
-  for (std::exception_ptr& e : errors_) e = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = gen_of(state_.load(std::memory_order_relaxed)) + 1;
   {
-    // Bumping under the mutex pairs with the workers' predicate check, so a
-    // worker about to sleep cannot miss this generation.
+    // Publishing under the mutex pairs with the workers' predicate check, so
+    // a worker about to sleep cannot miss this job.
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    state_.store(gen << kChunkBits, std::memory_order_release);
   }
   wake_.notify_all();
 
-  run_chunk(0);
+  run_chunks(gen, 0);
 
-  bool done = pending_.load(std::memory_order_acquire) == 0;
+  bool done = chunks_done_.load(std::memory_order_acquire) == n_threads_;
   for (int i = 0; i < kSpinIters && !done; ++i) {
     cpu_relax();
-    done = pending_.load(std::memory_order_acquire) == 0;
+    done = chunks_done_.load(std::memory_order_acquire) == n_threads_;
   }
   if (!done) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    done_.wait(lock, [&] { return chunks_done_.load(std::memory_order_acquire) == n_threads_; });
   }
   fn_ = nullptr;
 

@@ -1,0 +1,310 @@
+// gguf::File: owns the file image (a read-only private mapping or a
+// 64-byte-aligned heap buffer) and serves metadata and tensor lookups.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <system_error>
+
+#include "encore/gguf.h"
+#include "gguf/internal.h"
+
+namespace encore::gguf {
+namespace {
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// The bytes of a file image and how to release them.
+class Storage {
+ public:
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (mapped_ && data_ != nullptr) {
+      ::munmap(const_cast<uint8_t*>(data_), size_);
+    } else {
+      std::free(const_cast<uint8_t*>(data_));
+    }
+  }
+
+  // Heap buffer of exactly `size` bytes, 64-byte aligned (so tensor data at
+  // aligned file offsets is aligned in memory too). The exact size lets
+  // AddressSanitizer catch reads past the end of the image.
+  static std::unique_ptr<Storage> heap(uint64_t size, const std::string& path) {
+    void* p = nullptr;
+    if (size > SIZE_MAX || ::posix_memalign(&p, 64, size ? size : 1) != 0) {
+      throw GgufError(fmt::format(
+          "{}: cannot allocate {} bytes to hold the file; try LoadMode::Mmap", path, size));
+    }
+    auto s = std::make_unique<Storage>();
+    s->data_ = static_cast<const uint8_t*>(p);
+    s->size_ = size;
+    return s;
+  }
+
+  static std::unique_ptr<Storage> map(int fd, uint64_t size, const std::string& path) {
+    auto s = std::make_unique<Storage>();
+    if (size == 0) return s;  // mmap rejects empty files; the parser reports it
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      throw GgufError(fmt::format("{}: cannot map {} bytes: {}", path, size, errno_text(errno)));
+    }
+    s->data_ = static_cast<const uint8_t*>(p);
+    s->size_ = size;
+    s->mapped_ = true;
+    return s;
+  }
+
+  uint8_t* writable() { return const_cast<uint8_t*>(data_); }
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  bool mapped_ = false;
+};
+
+// Closes a descriptor on every path out of open().
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+void read_fully(int fd, uint8_t* dst, uint64_t size, const std::string& path) {
+  uint64_t done = 0;
+  while (done < size) {
+    const size_t chunk = std::min<uint64_t>(size - done, uint64_t{1} << 30);
+    const ssize_t r = ::read(fd, dst + done, chunk);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw GgufError(fmt::format("{}: read failed at byte {}: {}", path, done, errno_text(errno)));
+    }
+    if (r == 0) {
+      throw GgufError(fmt::format(
+          "{}: the file shrank while being read (expected {} bytes, got {})", path, size, done));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+}
+
+}  // namespace
+
+struct File::Impl {
+  std::string path;
+  LoadMode mode = LoadMode::Read;
+  std::unique_ptr<Storage> storage;
+  detail::Parsed parsed;
+
+  static std::unique_ptr<Impl> make(std::string path, LoadMode mode,
+                                    std::unique_ptr<Storage> storage) {
+    auto impl = std::make_unique<Impl>();
+    impl->parsed = detail::parse(storage->bytes(), path);
+    impl->path = std::move(path);
+    impl->mode = mode;
+    impl->storage = std::move(storage);
+    return impl;
+  }
+
+  [[noreturn]] void missing_key(std::string_view key) const {
+    throw GgufError(fmt::format("{}: missing required key '{}'", path, detail::printable(key)));
+  }
+
+  [[noreturn]] void wrong_type(const KeyValue& kv, std::string_view expected) const {
+    throw GgufError(fmt::format("{}: key '{}' (at byte {}) has type {}, expected {}", path,
+                                detail::printable(kv.key), kv.offset,
+                                value_type_name(kv.value.type), expected));
+  }
+
+  [[noreturn]] void out_of_range(const KeyValue& kv, std::string_view target) const {
+    throw GgufError(fmt::format("{}: key '{}' (at byte {}) = {} ({}) does not fit in {}", path,
+                                detail::printable(kv.key), kv.offset, kv.value.to_string(),
+                                value_type_name(kv.value.type), target));
+  }
+
+  const KeyValue* find(std::string_view key) const {
+    auto it = parsed.kv_index.find(key);
+    return it == parsed.kv_index.end() ? nullptr : &parsed.kv[it->second];
+  }
+
+  const KeyValue& require(std::string_view key) const {
+    const KeyValue* kv = find(key);
+    if (kv == nullptr) missing_key(key);
+    return *kv;
+  }
+
+  // An integer value as uint64/int64 within [lo, hi]; throws otherwise.
+  uint64_t unsigned_in(const KeyValue& kv, uint64_t hi, std::string_view target) const {
+    const Value& v = kv.value;
+    if (!v.is_integer()) wrong_type(kv, "an integer");
+    const bool is_signed = v.type == ValueType::INT8 || v.type == ValueType::INT16 ||
+                           v.type == ValueType::INT32 || v.type == ValueType::INT64;
+    if (is_signed) {
+      if (v.i < 0 || static_cast<uint64_t>(v.i) > hi) out_of_range(kv, target);
+      return static_cast<uint64_t>(v.i);
+    }
+    if (v.u > hi) out_of_range(kv, target);
+    return v.u;
+  }
+
+  float to_f32(const KeyValue& kv) const {
+    const Value& v = kv.value;
+    if (v.is_float()) {
+      if (std::isfinite(v.f) && std::fabs(v.f) > std::numeric_limits<float>::max()) {
+        out_of_range(kv, "float32");
+      }
+      return static_cast<float>(v.f);
+    }
+    if (!v.is_integer()) wrong_type(kv, "a number");
+    const bool is_signed = v.type == ValueType::INT8 || v.type == ValueType::INT16 ||
+                           v.type == ValueType::INT32 || v.type == ValueType::INT64;
+    return is_signed ? static_cast<float>(v.i) : static_cast<float>(v.u);
+  }
+
+  bool to_bool(const KeyValue& kv) const {
+    if (kv.value.type != ValueType::BOOL) wrong_type(kv, "bool");
+    return kv.value.u != 0;
+  }
+
+  const std::string& to_string(const KeyValue& kv) const {
+    if (kv.value.type != ValueType::STRING) wrong_type(kv, "string");
+    return kv.value.s;
+  }
+};
+
+File::File(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+File::File(File&&) noexcept = default;
+File& File::operator=(File&&) noexcept = default;
+File::~File() = default;
+
+File File::open(const std::string& path, LoadMode mode) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw GgufError(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
+  std::unique_ptr<Storage> storage;
+  {
+    FdCloser closer{fd};
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      throw GgufError(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
+    }
+    if (!S_ISREG(st.st_mode)) throw GgufError(fmt::format("{}: not a regular file", path));
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (mode == LoadMode::Mmap) {
+      storage = Storage::map(fd, size, path);
+    } else {
+      storage = Storage::heap(size, path);
+      read_fully(fd, storage->writable(), size, path);
+    }
+  }  // the mapping stays valid after the descriptor is closed
+  return File(Impl::make(path, mode, std::move(storage)));
+}
+
+File File::from_bytes(std::vector<uint8_t> bytes, std::string name) {
+  // Copied into an exact-size aligned buffer: same alignment guarantees as
+  // LoadMode::Read, and out-of-bounds reads stay visible to sanitizers.
+  auto storage = Storage::heap(bytes.size(), name);
+  if (!bytes.empty()) std::memcpy(storage->writable(), bytes.data(), bytes.size());
+  bytes = {};
+  return File(Impl::make(std::move(name), LoadMode::Read, std::move(storage)));
+}
+
+const std::string& File::path() const { return impl_->path; }
+uint32_t File::version() const { return impl_->parsed.version; }
+uint64_t File::alignment() const { return impl_->parsed.alignment; }
+uint64_t File::file_size() const { return impl_->storage->bytes().size(); }
+uint64_t File::data_section_offset() const { return impl_->parsed.data_offset; }
+LoadMode File::load_mode() const { return impl_->mode; }
+const std::vector<KeyValue>& File::metadata() const { return impl_->parsed.kv; }
+const std::vector<TensorInfo>& File::tensors() const { return impl_->parsed.tensors; }
+
+const Value* File::find(std::string_view key) const {
+  const KeyValue* kv = impl_->find(key);
+  return kv ? &kv->value : nullptr;
+}
+
+const TensorInfo* File::find_tensor(std::string_view name) const {
+  auto it = impl_->parsed.tensor_index.find(name);
+  return it == impl_->parsed.tensor_index.end() ? nullptr : &impl_->parsed.tensors[it->second];
+}
+
+const TensorInfo& File::tensor(std::string_view name) const {
+  const TensorInfo* t = find_tensor(name);
+  if (t == nullptr) {
+    throw GgufError(
+        fmt::format("{}: missing required tensor '{}'", impl_->path, detail::printable(name)));
+  }
+  return *t;
+}
+
+uint32_t File::get_u32(std::string_view key) const {
+  return static_cast<uint32_t>(impl_->unsigned_in(impl_->require(key), UINT32_MAX, "uint32"));
+}
+
+uint64_t File::get_u64(std::string_view key) const {
+  return impl_->unsigned_in(impl_->require(key), UINT64_MAX, "uint64");
+}
+
+int64_t File::get_i64(std::string_view key) const {
+  const KeyValue& kv = impl_->require(key);
+  const Value& v = kv.value;
+  if (!v.is_integer()) impl_->wrong_type(kv, "an integer");
+  if (v.type == ValueType::INT8 || v.type == ValueType::INT16 || v.type == ValueType::INT32 ||
+      v.type == ValueType::INT64) {
+    return v.i;
+  }
+  if (v.u > uint64_t{INT64_MAX}) impl_->out_of_range(kv, "int64");
+  return static_cast<int64_t>(v.u);
+}
+
+float File::get_f32(std::string_view key) const { return impl_->to_f32(impl_->require(key)); }
+bool File::get_bool(std::string_view key) const { return impl_->to_bool(impl_->require(key)); }
+
+const std::string& File::get_string(std::string_view key) const {
+  return impl_->to_string(impl_->require(key));
+}
+
+const Value& File::get_array(std::string_view key) const {
+  const KeyValue& kv = impl_->require(key);
+  if (kv.value.type != ValueType::ARRAY) impl_->wrong_type(kv, "array");
+  return kv.value;
+}
+
+std::optional<uint32_t> File::opt_u32(std::string_view key) const {
+  const KeyValue* kv = impl_->find(key);
+  if (kv == nullptr) return std::nullopt;
+  return static_cast<uint32_t>(impl_->unsigned_in(*kv, UINT32_MAX, "uint32"));
+}
+
+std::optional<float> File::opt_f32(std::string_view key) const {
+  const KeyValue* kv = impl_->find(key);
+  if (kv == nullptr) return std::nullopt;
+  return impl_->to_f32(*kv);
+}
+
+std::optional<bool> File::opt_bool(std::string_view key) const {
+  const KeyValue* kv = impl_->find(key);
+  if (kv == nullptr) return std::nullopt;
+  return impl_->to_bool(*kv);
+}
+
+std::optional<std::string> File::opt_string(std::string_view key) const {
+  const KeyValue* kv = impl_->find(key);
+  if (kv == nullptr) return std::nullopt;
+  return impl_->to_string(*kv);
+}
+
+uint64_t TensorInfo::n_rows() const {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < dims.size(); ++d) rows *= dims[d];  // validated: cannot overflow
+  return rows;
+}
+
+}  // namespace encore::gguf

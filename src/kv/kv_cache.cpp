@@ -1,0 +1,183 @@
+// Paged KV cache (see include/encore/kv_cache.h).
+#include "encore/kv_cache.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+#include <new>
+#include <stdexcept>
+
+#include "encore/error.h"
+
+namespace encore {
+namespace {
+
+constexpr std::align_val_t kAlign{64};  // cache-line aligned rows for SIMD kernels
+
+double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+size_t elem_bytes(DType t) { return t == DType::F16 ? 2 : 4; }
+
+void validate_layout(const KvLayout& l) {
+  if (l.n_layer <= 0 || l.n_kv_heads <= 0 || l.head_dim <= 0 || l.block_tokens <= 0) {
+    throw InvalidArgument(fmt::format(
+        "KV cache layout needs positive sizes, got n_layer={} n_kv_heads={} head_dim={} "
+        "block_tokens={}",
+        l.n_layer, l.n_kv_heads, l.head_dim, l.block_tokens));
+  }
+  if (l.elem_type != DType::F32) {
+    throw InvalidArgument(fmt::format("KV cache element type {} is not supported (only F32)",
+                                      dtype_name(l.elem_type)));
+  }
+}
+
+}  // namespace
+
+size_t KvLayout::block_bytes() const {
+  return static_cast<size_t>(n_layer) * 2 * static_cast<size_t>(block_tokens) *
+         static_cast<size_t>(row_elems()) * elem_bytes(elem_type);
+}
+
+uint64_t kv_bytes_for_tokens(const KvLayout& layout, int64_t n_tokens) {
+  if (n_tokens <= 0 || layout.block_tokens <= 0) return 0;
+  const uint64_t blocks =
+      static_cast<uint64_t>((n_tokens + layout.block_tokens - 1) / layout.block_tokens);
+  return blocks * layout.block_bytes();
+}
+
+void KvBlockPool::AlignedFree::operator()(uint8_t* p) const { ::operator delete[](p, kAlign); }
+
+KvBlockPool::KvBlockPool(const KvLayout& layout, uint64_t budget_bytes) : layout_(layout) {
+  validate_layout(layout);
+  block_bytes_ = layout.block_bytes();
+  const uint64_t fit = budget_bytes / block_bytes_;
+  if (fit == 0) {
+    throw InvalidArgument(fmt::format(
+        "KV cache budget of {} bytes ({:.2f} MiB) cannot hold one block of {} tokens "
+        "({} bytes: {} layers x K+V x {} tokens x {} KV heads x {} dims x {} bytes); "
+        "raise --kv-mem",
+        budget_bytes, mib(budget_bytes), layout.block_tokens, block_bytes_, layout.n_layer,
+        layout.block_tokens, layout.n_kv_heads, layout.head_dim, elem_bytes(layout.elem_type)));
+  }
+  n_blocks_ = static_cast<int32_t>(
+      std::min<uint64_t>(fit, static_cast<uint64_t>(std::numeric_limits<int32_t>::max())));
+  const uint64_t total = static_cast<uint64_t>(n_blocks_) * block_bytes_;
+  try {
+    // Deliberately not value-initialised: untouched pages are never committed.
+    data_.reset(static_cast<uint8_t*>(::operator new[](total, kAlign)));
+  } catch (const std::bad_alloc&) {
+    throw ResourceExhausted(fmt::format(
+        "could not allocate {:.1f} MiB for the KV cache ({} blocks); lower --kv-mem or -c",
+        mib(total), n_blocks_));
+  }
+  refcounts_.assign(static_cast<size_t>(n_blocks_), 0);
+  free_.reserve(static_cast<size_t>(n_blocks_));
+  // Pushed in reverse so that a fresh pool hands out 0, 1, 2, ...
+  for (int32_t b = n_blocks_ - 1; b >= 0; --b) free_.push_back(b);
+}
+
+KvBlockPool::~KvBlockPool() = default;
+
+void KvBlockPool::check_id(int32_t block, const char* what) const {
+  if (block < 0 || block >= n_blocks_) {
+    throw std::logic_error(
+        fmt::format("KvBlockPool::{}: block id {} outside [0, {})", what, block, n_blocks_));
+  }
+}
+
+int32_t KvBlockPool::allocate() {
+  if (free_.empty()) {
+    throw ResourceExhausted(
+        fmt::format("KV cache full: all {} blocks ({:.1f} MiB) in use; raise --kv-mem or lower -c",
+                    n_blocks_, mib(static_cast<uint64_t>(n_blocks_) * block_bytes_)));
+  }
+  const int32_t b = free_.back();
+  free_.pop_back();
+  refcounts_[static_cast<size_t>(b)] = 1;
+  return b;
+}
+
+void KvBlockPool::retain(int32_t block) {
+  check_id(block, "retain");
+  int32_t& rc = refcounts_[static_cast<size_t>(block)];
+  if (rc <= 0) {
+    throw std::logic_error(fmt::format("KvBlockPool::retain: block {} is not allocated", block));
+  }
+  ++rc;
+}
+
+void KvBlockPool::release(int32_t block) {
+  check_id(block, "release");
+  int32_t& rc = refcounts_[static_cast<size_t>(block)];
+  if (rc <= 0) {
+    throw std::logic_error(
+        fmt::format("KvBlockPool::release: block {} is not allocated (double release?)", block));
+  }
+  if (--rc == 0) free_.push_back(block);
+}
+
+int32_t KvBlockPool::refcount(int32_t block) const {
+  check_id(block, "refcount");
+  return refcounts_[static_cast<size_t>(block)];
+}
+
+uint8_t* KvBlockPool::layer_base(int32_t block, int layer) const {
+  check_id(block, "k/v");
+  assert(layer >= 0 && layer < layout_.n_layer);
+  const size_t plane = static_cast<size_t>(layout_.block_tokens) *
+                       static_cast<size_t>(layout_.row_elems()) * elem_bytes(layout_.elem_type);
+  return data_.get() + static_cast<size_t>(block) * block_bytes_ +
+         static_cast<size_t>(layer) * 2 * plane;
+}
+
+float* KvBlockPool::k(int32_t block, int layer) {
+  return reinterpret_cast<float*>(layer_base(block, layer));
+}
+
+float* KvBlockPool::v(int32_t block, int layer) {
+  return k(block, layer) + static_cast<size_t>(layout_.block_tokens) * layout_.row_elems();
+}
+
+const float* KvBlockPool::k(int32_t block, int layer) const {
+  return reinterpret_cast<const float*>(layer_base(block, layer));
+}
+
+const float* KvBlockPool::v(int32_t block, int layer) const {
+  return k(block, layer) + static_cast<size_t>(layout_.block_tokens) * layout_.row_elems();
+}
+
+void KvSequence::reserve(KvBlockPool& pool, int32_t new_total_tokens) {
+  const int64_t bt = pool.layout().block_tokens;
+  const size_t need = static_cast<size_t>((static_cast<int64_t>(new_total_tokens) + bt - 1) / bt);
+  const size_t had = blocks.size();
+  if (need <= had) return;
+  blocks.reserve(need);  // so push_back below cannot throw and leak a block
+  try {
+    while (blocks.size() < need) blocks.push_back(pool.allocate());
+  } catch (...) {
+    while (blocks.size() > had) {
+      pool.release(blocks.back());
+      blocks.pop_back();
+    }
+    throw;
+  }
+}
+
+void KvSequence::release(KvBlockPool& pool) {
+  for (int32_t b : blocks) pool.release(b);
+  blocks.clear();
+  n_tokens = 0;
+}
+
+int64_t KvSequence::capacity(const KvBlockPool& pool) const {
+  return static_cast<int64_t>(blocks.size()) * pool.layout().block_tokens;
+}
+
+KvSequence::Slot KvSequence::slot(int32_t pos, int block_tokens) const {
+  assert(pos >= 0 && static_cast<size_t>(pos / block_tokens) < blocks.size());
+  return Slot{blocks[static_cast<size_t>(pos / block_tokens)], pos % block_tokens};
+}
+
+}  // namespace encore

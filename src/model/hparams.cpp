@@ -1,0 +1,211 @@
+// Hyper-parameter and tensor loading helpers shared by the architectures.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+
+#include "encore/error.h"
+#include "kernels/quants.h"
+#include "model/loader.h"
+
+namespace encore::model_detail {
+namespace {
+
+// Generous upper bounds: they only exist so that absurd values from an
+// untrusted file fail here with a clear message instead of overflowing a
+// size computation later.
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  // n_embd, n_ff
+constexpr int64_t kMaxHeads = 4096;              // n_head, n_head_kv, head_dim
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxCtx = INT32_MAX;
+
+int checked(const gguf::File& file, const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    throw ModelError(
+        fmt::format("{}: {} = {} is out of range [{}, {}]", file.path(), key, v, lo, hi));
+  }
+  return static_cast<int>(v);
+}
+
+int required_int(const gguf::File& file, const std::string& key, int64_t lo, int64_t hi) {
+  return checked(file, key, file.get_u32(key), lo, hi);
+}
+
+std::optional<int> optional_int(const gguf::File& file, const std::string& key, int64_t lo,
+                                int64_t hi) {
+  const std::optional<uint32_t> v = file.opt_u32(key);
+  if (!v) return std::nullopt;
+  return checked(file, key, *v, lo, hi);
+}
+
+std::string shape_str(const std::vector<uint64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+std::string shape_str(const std::vector<int64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
+
+}  // namespace
+
+HParams read_common_hparams(const gguf::File& file, const std::string& arch) {
+  const std::string p = arch + ".";
+  HParams hp;
+  hp.arch = arch;
+  hp.n_ctx_train = required_int(file, p + "context_length", 1, kMaxCtx);
+  hp.n_embd = required_int(file, p + "embedding_length", 1, kMaxWidth);
+  hp.n_layer = required_int(file, p + "block_count", 1, kMaxLayers);
+  hp.n_ff = required_int(file, p + "feed_forward_length", 1, kMaxWidth);
+  hp.n_head = required_int(file, p + "attention.head_count", 1, kMaxHeads);
+  hp.n_head_kv =
+      optional_int(file, p + "attention.head_count_kv", 1, kMaxHeads).value_or(hp.n_head);
+  if (hp.n_head % hp.n_head_kv != 0) {
+    throw ModelError(fmt::format(
+        "{}: {}attention.head_count = {} is not a multiple of {}attention.head_count_kv = {}",
+        file.path(), p, hp.n_head, p, hp.n_head_kv));
+  }
+
+  // head_dim: explicit key_length, else n_embd / n_head (llama.cpp's rule).
+  if (const std::optional<int> k = optional_int(file, p + "attention.key_length", 1, kMaxHeads)) {
+    hp.head_dim = *k;
+  } else {
+    if (hp.n_embd % hp.n_head != 0) {
+      throw ModelError(fmt::format(
+          "{}: {}embedding_length = {} is not a multiple of {}attention.head_count = {} and "
+          "{}attention.key_length is absent",
+          file.path(), p, hp.n_embd, p, hp.n_head, p));
+    }
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
+  if (const std::optional<int> v = optional_int(file, p + "attention.value_length", 1, kMaxHeads)) {
+    if (*v != hp.head_dim) {
+      throw ModelError(fmt::format(
+          "{}: {}attention.value_length = {} differs from the key length {}; not supported",
+          file.path(), p, *v, hp.head_dim));
+    }
+  }
+
+  hp.n_rot = optional_int(file, p + "rope.dimension_count", 1, kMaxHeads).value_or(hp.head_dim);
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+    throw ModelError(
+        fmt::format("{}: {}rope.dimension_count = {} must be even and <= the head "
+                    "size {}",
+                    file.path(), p, hp.n_rot, hp.head_dim));
+  }
+
+  hp.rms_eps = file.opt_f32(p + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+  if (!std::isfinite(hp.rms_eps) || hp.rms_eps < 0.0f) {
+    throw ModelError(fmt::format("{}: {}attention.layer_norm_rms_epsilon = {} must be >= 0",
+                                 file.path(), p, hp.rms_eps));
+  }
+  hp.rope_freq_base = file.opt_f32(p + "rope.freq_base").value_or(10000.0f);
+  if (!std::isfinite(hp.rope_freq_base) || hp.rope_freq_base <= 0.0f) {
+    throw ModelError(
+        fmt::format("{}: {}rope.freq_base = {} must be > 0", file.path(), p, hp.rope_freq_base));
+  }
+  // RoPE scaling changes every angle; computing without it would silently
+  // give other logits than the model was trained for.
+  const std::optional<std::string> scaling = file.opt_string(p + "rope.scaling.type");
+  if (scaling && *scaling != "none") {
+    throw ModelError(fmt::format("{}: {}rope.scaling.type = '{}' is not supported yet", file.path(),
+                                 p, *scaling));
+  }
+  if (const std::optional<float> f = file.opt_f32(p + "rope.scale_linear"); f && *f != 1.0f) {
+    throw ModelError(
+        fmt::format("{}: {}rope.scale_linear = {} is not supported yet", file.path(), p, *f));
+  }
+
+  // Vocabulary size: explicit key, else the tokenizer's token list, else the
+  // embedding matrix (validated against token_embd by the architecture).
+  if (const std::optional<int> v = optional_int(file, p + "vocab_size", 1, kMaxVocab)) {
+    hp.n_vocab = *v;
+  } else if (const gguf::Value* tokens = file.find("tokenizer.ggml.tokens");
+             tokens != nullptr && tokens->type == gguf::ValueType::ARRAY) {
+    hp.n_vocab = checked(file, "length of tokenizer.ggml.tokens",
+                         static_cast<int64_t>(tokens->arr.size()), 1, kMaxVocab);
+  } else {
+    const gguf::TensorInfo& emb = file.tensor("token_embd.weight");
+    const int64_t rows = emb.dims.size() >= 2 ? static_cast<int64_t>(emb.dims[1]) : 0;
+    hp.n_vocab = checked(file, "rows of token_embd.weight", rows, 1, kMaxVocab);
+  }
+  return hp;
+}
+
+const gguf::TensorInfo& TensorReader::find(const std::string& name) const {
+  const gguf::TensorInfo* t = file_.find_tensor(name);
+  if (t == nullptr) {
+    throw ModelError(fmt::format("{}: missing tensor '{}'", file_.path(), name));
+  }
+  return *t;
+}
+
+void TensorReader::check_shape(const gguf::TensorInfo& t, const std::vector<int64_t>& expected,
+                               const char* what) const {
+  bool ok = t.dims.size() == expected.size();
+  for (size_t i = 0; ok && i < expected.size(); ++i) {
+    ok = static_cast<int64_t>(t.dims[i]) == expected[i];
+  }
+  if (!ok) {
+    throw ModelError(fmt::format("{}: tensor '{}' has shape {}, expected {} = {}", file_.path(),
+                                 t.name, shape_str(t.dims), what, shape_str(expected)));
+  }
+}
+
+void TensorReader::check_type(const gguf::TensorInfo& t) const {
+  const DTypeInfo& info = dtype_info(t.type);
+  if (!info.can_dequantize || !kernels::row_conversion_supported(t.type)) {
+    throw ModelError(fmt::format("{}: tensor '{}' has type {}, which Encore cannot compute with",
+                                 file_.path(), t.name, info.name));
+  }
+  if (!t.dims.empty() && t.dims[0] % info.block_elems != 0) {
+    throw ModelError(
+        fmt::format("{}: tensor '{}' rows of {} values are not a multiple of the {} "
+                    "block size {}",
+                    file_.path(), t.name, t.dims[0], info.name, info.block_elems));
+  }
+}
+
+kernels::WeightView TensorReader::matrix(const std::string& name, int64_t cols, int64_t rows,
+                                         const char* what) {
+  const gguf::TensorInfo& t = find(name);
+  check_shape(t, {cols, rows}, what);
+  check_type(t);
+  used_.insert(name);
+  kernels::WeightView w;
+  w.type = t.type;
+  w.data = t.data;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = static_cast<size_t>(dtype_row_bytes(t.type, static_cast<uint64_t>(cols)));
+  return w;
+}
+
+kernels::WeightView TensorReader::optional_matrix(const std::string& name, int64_t cols,
+                                                  int64_t rows, const char* what) {
+  if (file_.find_tensor(name) == nullptr) return {};
+  return matrix(name, cols, rows, what);
+}
+
+std::vector<float> TensorReader::vector(const std::string& name, int64_t n, const char* what) {
+  const gguf::TensorInfo& t = find(name);
+  check_shape(t, {n}, what);
+  check_type(t);
+  used_.insert(name);
+  std::vector<float> out(static_cast<size_t>(n));
+  kernels::dequantize_row(t.type, t.data, out.data(), n);
+  return out;
+}
+
+void TensorReader::check_all_used(const std::string& arch) const {
+  for (const gguf::TensorInfo& t : file_.tensors()) {
+    if (used_.find(t.name) == used_.end()) {
+      throw ModelError(fmt::format(
+          "{}: tensor '{}' is not part of the '{}' architecture as Encore implements it "
+          "(an unsupported variant of the model?)",
+          file_.path(), t.name, arch));
+    }
+  }
+}
+
+}  // namespace encore::model_detail

@@ -1,0 +1,37 @@
+// Weights of a loaded model (internal to src/model and its tests).
+//
+// Matrices are WeightViews into the gguf::File's tensor data (zero-copy; the
+// File must outlive the Model). A view of GGUF dims [cols, rows] has `rows`
+// output features of `cols` inputs each, so "[n_embd -> n_q]" below means
+// rows = n_q, cols = n_embd. Norm vectors are small and kept as float copies.
+// Thread-safety: immutable after loading.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "encore/model.h"
+#include "kernels/ops.h"
+
+namespace encore {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [n_embd]
+  kernels::WeightView wq;        // [n_embd -> n_head * head_dim]
+  kernels::WeightView wk;        // [n_embd -> n_head_kv * head_dim]
+  kernels::WeightView wv;        // [n_embd -> n_head_kv * head_dim]
+  kernels::WeightView wo;        // [n_head * head_dim -> n_embd]
+  std::vector<float> ffn_norm;   // [n_embd]
+  kernels::WeightView w_gate;    // [n_embd -> n_ff]
+  kernels::WeightView w_up;      // [n_embd -> n_ff]
+  kernels::WeightView w_down;    // [n_ff -> n_embd]
+};
+
+struct ModelWeights {
+  kernels::WeightView token_embd;    // [n_vocab rows of n_embd]
+  std::vector<LayerWeights> layers;  // [n_layer]
+  std::vector<float> output_norm;    // [n_embd]
+  kernels::WeightView output;        // [n_embd -> n_vocab]; == token_embd when tied
+};
+
+}  // namespace encore

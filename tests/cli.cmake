@@ -1,0 +1,5 @@
+# Tests that run the `encore` binary end to end.
+encore_add_test(test_cli_stories SOURCES cli_stories_test.cpp LABELS cli)
+encore_add_test(test_cli_synth SOURCES cli_synth_test.cpp LABELS cli DEFINES ENCORE_SYNTH_HEAVY=0)
+encore_add_test(test_cli_synth_heavy SOURCES cli_synth_test.cpp LABELS heavy
+                DEFINES ENCORE_SYNTH_HEAVY=1)

@@ -1,0 +1,114 @@
+// `encore synth` presets and types: every file loads, runs and is printed by
+// `encore inspect`. The 1b preset (TinyLlama-1.1B's shape) is labelled heavy.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli_runner.h"
+#include "shared_data.h"
+
+namespace encore::test {
+namespace {
+
+const std::vector<std::string> kTypes = {"F32",  "F16",  "BF16", "Q8_0", "Q4_0", "Q4_1",
+                                         "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+
+struct SynthCase {
+  std::string preset;
+  std::string type;
+};
+
+void PrintTo(const SynthCase& c, std::ostream* os) { *os << c.preset << " " << c.type; }
+
+void synth_inspect_run(const SynthCase& c) {
+  TempDir tmp;
+  const std::string model = tmp.file(c.preset + "-" + c.type + ".gguf");
+  const CliResult s = run_encore({"synth", "-o", model, "--preset", c.preset, "--type", c.type,
+                                  "--seed", "3"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("random"), std::string::npos) << s.out;
+
+  const CliResult i = run_encore({"inspect", model});
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_NE(i.out.find("blk.0.attn_q.weight"), std::string::npos);
+  EXPECT_NE(i.out.find(" " + c.type + " "), std::string::npos) << "type column missing";
+  EXPECT_NE(i.out.find("fingerprint:"), std::string::npos);
+  EXPECT_NE(i.out.find("llama.block_count"), std::string::npos);
+
+  const CliResult r = run_encore({"run", "-m", model, "-p", "once upon a time", "-n", "6",
+                                  "--temp", "1.0", "--seed", "5", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("random weights"), std::string::npos) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto ids = j["ids"].get<std::vector<int>>();
+  EXPECT_EQ(j["finish_reason"], ids.size() == 6 ? "length" : "eog");
+  // Not degenerate: at temperature 1 the random model does not repeat one id.
+  if (ids.size() == 6) EXPECT_GT(std::set<int>(ids.begin(), ids.end()).size(), 1u);
+}
+
+class SynthPresets : public ::testing::TestWithParam<SynthCase> {};
+TEST_P(SynthPresets, SynthInspectRun) { synth_inspect_run(GetParam()); }
+
+std::vector<SynthCase> cases(const std::string& preset) {
+  std::vector<SynthCase> v;
+  for (const std::string& t : kTypes) v.push_back({preset, t});
+  return v;
+}
+std::string case_name(const ::testing::TestParamInfo<SynthCase>& info) {
+  return info.param.preset + "_" + info.param.type;
+}
+
+#if ENCORE_SYNTH_HEAVY
+// Built as its own executable (label "heavy"): 1.1B parameters per type.
+INSTANTIATE_TEST_SUITE_P(B1, SynthPresets, ::testing::ValuesIn(cases("1b")), case_name);
+#else
+INSTANTIATE_TEST_SUITE_P(Tiny, SynthPresets, ::testing::ValuesIn(cases("tiny")), case_name);
+INSTANTIATE_TEST_SUITE_P(M125, SynthPresets, ::testing::ValuesIn(cases("125m")), case_name);
+
+std::string fingerprint_of(const std::string& model) {
+  const CliResult i = run_encore({"inspect", model});
+  const size_t at = i.out.find("fingerprint: ");
+  return at == std::string::npos ? "" : i.out.substr(at, i.out.find(' ', at + 13) - at);
+}
+
+TEST(Synth, SameSeedSameBytesWhateverTheThreadCount) {
+  TempDir tmp;
+  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("a.gguf"), "--type", "Q4_K", "-t", "1"}).exit_code, 0);
+  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("b.gguf"), "--type", "Q4_K", "-t", "3"}).exit_code, 0);
+  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("c.gguf"), "--type", "Q4_K", "--seed", "1"}).exit_code, 0);
+  EXPECT_EQ(read_file(tmp.file("a.gguf")), read_file(tmp.file("b.gguf")));
+  EXPECT_NE(read_file(tmp.file("a.gguf")), read_file(tmp.file("c.gguf")));
+  EXPECT_NE(fingerprint_of(tmp.file("a.gguf")), fingerprint_of(tmp.file("c.gguf")));
+}
+
+TEST(Synth, VocabFromAnotherModel) {
+  ENCORE_SHARED_FILE(vocab, "testdata/vocab/ggml-vocab-llama-spm.gguf");
+  TempDir tmp;
+  const std::string model = tmp.file("m.gguf");
+  const CliResult s = run_encore({"synth", "-o", model, "--vocab-from", vocab, "--type", "Q8_0"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("vocab 32000"), std::string::npos) << s.out;
+  const CliResult r = run_encore({"run", "-m", model, "-p", "Hello world", "-n", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Llama 2's tokenizer: BOS, "▁Hello", "▁world".
+  EXPECT_EQ(nlohmann::json::parse(r.out)["prompt_ids"], nlohmann::json::parse("[1, 15043, 3186]"));
+}
+
+TEST(Synth, BadOptionsAreClearErrors) {
+  TempDir tmp;
+  CliResult r = run_encore({"synth", "-o", tmp.file("x.gguf"), "--preset", "huge"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown synth preset 'huge'"), std::string::npos) << r.err;
+  r = run_encore({"synth", "-o", tmp.file("x.gguf"), "--type", "Q2_K"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("Q2_K"), std::string::npos) << r.err;
+  r = run_encore({"synth", "-o", tmp.file("x.gguf"), "--arch", "gpt2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--arch 'gpt2'"), std::string::npos) << r.err;
+}
+
+#endif  // ENCORE_SYNTH_HEAVY
+
+}  // namespace
+}  // namespace encore::test

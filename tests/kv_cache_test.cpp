@@ -1,0 +1,171 @@
+// Paged KV cache: sizing from a budget, exhaustion, reference counts, reuse.
+#include "encore/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "encore/error.h"
+
+namespace encore {
+namespace {
+
+KvLayout small_layout() {
+  KvLayout l;
+  l.n_layer = 2;
+  l.n_kv_heads = 3;
+  l.head_dim = 4;
+  l.block_tokens = 16;
+  return l;
+}
+
+TEST(KvCache, BlockBytesAndBytesForTokens) {
+  const KvLayout l = small_layout();
+  EXPECT_EQ(l.row_elems(), 12);
+  EXPECT_EQ(l.block_bytes(), 2u * 2 * 16 * 12 * 4);  // layers x (K,V) x tokens x row x f32
+  EXPECT_EQ(kv_bytes_for_tokens(l, 0), 0u);
+  EXPECT_EQ(kv_bytes_for_tokens(l, 1), l.block_bytes());
+  EXPECT_EQ(kv_bytes_for_tokens(l, 16), l.block_bytes());
+  EXPECT_EQ(kv_bytes_for_tokens(l, 17), 2 * l.block_bytes());
+  EXPECT_EQ(kv_bytes_for_tokens(l, 512), 32 * l.block_bytes());
+}
+
+TEST(KvCache, BudgetDeterminesBlockCount) {
+  const KvLayout l = small_layout();
+  EXPECT_EQ(KvBlockPool(l, l.block_bytes()).n_blocks(), 1);
+  EXPECT_EQ(KvBlockPool(l, 10 * l.block_bytes() + l.block_bytes() - 1).n_blocks(), 10);
+  KvBlockPool pool(l, kv_bytes_for_tokens(l, 512));
+  EXPECT_EQ(pool.n_blocks(), 32);
+  EXPECT_EQ(pool.n_free(), 32);
+}
+
+TEST(KvCache, TooSmallBudgetOrBadLayoutIsInvalidArgument) {
+  const KvLayout l = small_layout();
+  try {
+    KvBlockPool pool(l, l.block_bytes() - 1);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(std::to_string(l.block_bytes() - 1)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(l.block_bytes())), std::string::npos) << msg;
+  }
+  KvLayout bad = l;
+  bad.head_dim = 0;
+  EXPECT_THROW(KvBlockPool(bad, 1 << 20), InvalidArgument);
+  bad = l;
+  bad.elem_type = DType::Q8_0;
+  EXPECT_THROW(KvBlockPool(bad, 1 << 20), InvalidArgument);
+}
+
+TEST(KvCache, ExhaustionSaysHowManyBlocksAndWhatToDo) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 3 * l.block_bytes());
+  EXPECT_EQ(pool.allocate(), 0);
+  EXPECT_EQ(pool.allocate(), 1);
+  EXPECT_EQ(pool.allocate(), 2);
+  EXPECT_EQ(pool.n_free(), 0);
+  try {
+    pool.allocate();
+    FAIL() << "expected ResourceExhausted";
+  } catch (const ResourceExhausted& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("KV cache full: all 3 blocks"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("MiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--kv-mem"), std::string::npos) << msg;
+  }
+}
+
+TEST(KvCache, RefcountsAndReuseOfFreedBlocks) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 4 * l.block_bytes());
+  const int32_t a = pool.allocate();
+  const int32_t b = pool.allocate();
+  EXPECT_EQ(pool.refcount(a), 1);
+  pool.retain(a);
+  EXPECT_EQ(pool.refcount(a), 2);
+  pool.release(a);
+  EXPECT_EQ(pool.refcount(a), 1);
+  EXPECT_EQ(pool.n_free(), 2);
+  pool.release(a);
+  EXPECT_EQ(pool.refcount(a), 0);
+  EXPECT_EQ(pool.n_free(), 3);
+  EXPECT_EQ(pool.allocate(), a);  // most recently freed first
+  EXPECT_EQ(pool.refcount(b), 1);
+
+  EXPECT_THROW(pool.release(3), std::logic_error);  // never allocated
+  EXPECT_THROW(pool.retain(3), std::logic_error);
+  EXPECT_THROW(pool.refcount(4), std::logic_error);
+  EXPECT_THROW(pool.refcount(-1), std::logic_error);
+}
+
+TEST(KvCache, BlocksAreDisjointAndLayersDoNotOverlap) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 3 * l.block_bytes());
+  const int64_t plane = l.block_tokens * l.row_elems();  // floats of K (or V) of one layer
+  std::set<const float*> starts;
+  for (int32_t b = 0; b < 3; ++b) {
+    for (int layer = 0; layer < l.n_layer; ++layer) {
+      EXPECT_EQ(pool.v(b, layer), pool.k(b, layer) + plane);
+      starts.insert(pool.k(b, layer));
+      starts.insert(pool.v(b, layer));
+      for (int64_t i = 0; i < plane; ++i) {
+        pool.k(b, layer)[i] = static_cast<float>(b * 100 + layer * 10 + 1);
+        pool.v(b, layer)[i] = static_cast<float>(b * 100 + layer * 10 + 2);
+      }
+    }
+  }
+  EXPECT_EQ(starts.size(), 3u * 2 * 2);
+  for (int32_t b = 0; b < 3; ++b) {
+    for (int layer = 0; layer < l.n_layer; ++layer) {
+      EXPECT_EQ(pool.k(b, layer)[0], b * 100 + layer * 10 + 1);
+      EXPECT_EQ(pool.v(b, layer)[plane - 1], b * 100 + layer * 10 + 2);
+    }
+  }
+}
+
+TEST(KvCache, SequenceReserveReleaseAndSlots) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 5 * l.block_bytes());
+  KvSequence seq;
+  seq.reserve(pool, 1);
+  EXPECT_EQ(seq.blocks.size(), 1u);
+  EXPECT_EQ(seq.n_tokens, 0);  // reserve does not advance n_tokens
+  seq.reserve(pool, 16);
+  EXPECT_EQ(seq.blocks.size(), 1u);
+  seq.reserve(pool, 40);
+  EXPECT_EQ(seq.blocks.size(), 3u);
+  EXPECT_EQ(seq.capacity(pool), 48);
+  EXPECT_EQ(pool.n_free(), 2);
+  seq.reserve(pool, 10);  // never shrinks
+  EXPECT_EQ(seq.blocks.size(), 3u);
+
+  const KvSequence::Slot s = seq.slot(33, l.block_tokens);
+  EXPECT_EQ(s.block, seq.blocks[2]);
+  EXPECT_EQ(s.offset, 1);
+  EXPECT_EQ(seq.slot(15, l.block_tokens).offset, 15);
+  EXPECT_EQ(seq.slot(16, l.block_tokens).block, seq.blocks[1]);
+
+  // Exhaustion leaves the sequence and the pool as they were.
+  seq.n_tokens = 40;
+  EXPECT_THROW(seq.reserve(pool, 200), ResourceExhausted);
+  EXPECT_EQ(seq.blocks.size(), 3u);
+  EXPECT_EQ(pool.n_free(), 2);
+
+  // A second sequence sharing the first one's first block (prefix sharing).
+  KvSequence other;
+  other.blocks.push_back(seq.blocks[0]);
+  pool.retain(seq.blocks[0]);
+  other.n_tokens = 16;
+  seq.release(pool);
+  EXPECT_TRUE(seq.blocks.empty());
+  EXPECT_EQ(seq.n_tokens, 0);
+  EXPECT_EQ(pool.n_free(), 4);  // the shared block is still held by `other`
+  EXPECT_EQ(pool.refcount(other.blocks[0]), 1);
+  other.release(pool);
+  EXPECT_EQ(pool.n_free(), 5);
+}
+
+}  // namespace
+}  // namespace encore

@@ -1,0 +1,183 @@
+// ThreadPool: static chunking, caller participation, exception propagation,
+// misuse detection, many back-to-back jobs.
+#include "encore/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "encore/error.h"
+
+namespace encore {
+namespace {
+
+TEST(ThreadPool, RejectsBadThreadCounts) {
+  EXPECT_THROW(ThreadPool(0), InvalidArgument);
+  EXPECT_THROW(ThreadPool(-3), InvalidArgument);
+  EXPECT_THROW(ThreadPool(ThreadPool::kMaxThreads + 1), InvalidArgument);
+}
+
+TEST(ThreadPool, CoversRangeOnceWithStaticContiguousChunks) {
+  for (int threads : {1, 2, 3, 4, 7}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {1, 2, 3, 5, 16, 100, 1001}) {
+      std::vector<int> hits(static_cast<size_t>(n), 0);
+      std::mutex mu;
+      std::set<std::pair<int64_t, int64_t>> chunks;
+      pool.parallel_for(n, [&](int64_t begin, int64_t end, int thread) {
+        ASSERT_LT(begin, end);  // empty chunks are skipped
+        ASSERT_GE(thread, 0);
+        ASSERT_LT(thread, threads);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          chunks.insert({begin, end});
+        }
+        for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(hits[static_cast<size_t>(i)], 1) << "n=" << n << " i=" << i;
+      }
+      // Exactly the documented split: chunk c = [n*c/T, n*(c+1)/T), non-empty ones.
+      std::set<std::pair<int64_t, int64_t>> want;
+      for (int c = 0; c < threads; ++c) {
+        const int64_t b = n * c / threads, e = n * (c + 1) / threads;
+        if (b < e) want.insert({b, e});
+      }
+      EXPECT_EQ(chunks, want) << "n=" << n << " threads=" << threads;
+    }
+  }
+}
+
+TEST(ThreadPool, ThreadIndexIdentifiesTheExecutingThread) {
+  ThreadPool pool(3);
+  std::mutex mu;
+  std::map<int, std::set<std::thread::id>> ids;
+  for (int job = 0; job < 200; ++job) {
+    pool.parallel_for(3, [&](int64_t, int64_t, int thread) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      std::lock_guard<std::mutex> lock(mu);
+      ids[thread].insert(std::this_thread::get_id());
+    });
+  }
+  ASSERT_TRUE(ids.count(0));
+  EXPECT_EQ(ids[0], std::set<std::thread::id>{std::this_thread::get_id()});
+  std::set<std::thread::id> all;
+  for (const auto& [t, s] : ids) {
+    EXPECT_EQ(s.size(), 1u) << "thread index " << t << " ran on several threads";
+    all.insert(s.begin(), s.end());
+  }
+  EXPECT_EQ(all.size(), ids.size());  // distinct indices are distinct threads
+}
+
+TEST(ThreadPool, PerThreadScratchIsNeverShared) {
+  // fn may index scratch by `thread`: two chunks never run concurrently on
+  // the same index.
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> busy(4);
+  std::atomic<int> clashes{0};
+  for (int job = 0; job < 2000; ++job) {
+    pool.parallel_for(16, [&](int64_t, int64_t, int thread) {
+      if (busy[static_cast<size_t>(thread)].fetch_add(1) != 0) ++clashes;
+      busy[static_cast<size_t>(thread)].fetch_sub(1);
+    });
+  }
+  EXPECT_EQ(clashes.load(), 0);
+}
+
+TEST(ThreadPool, EmptyRangeDoesNothing) {
+  ThreadPool pool(2);
+  bool called = false;
+  pool.parallel_for(0, [&](int64_t, int64_t, int) { called = true; });
+  pool.parallel_for(-5, [&](int64_t, int64_t, int) { called = true; });
+  EXPECT_FALSE(called);
+}
+
+TEST(ThreadPool, ManyBackToBackJobs) {
+  ThreadPool pool(4);
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 20000; ++job) {
+    pool.parallel_for(8, [&](int64_t b, int64_t e, int) { total += e - b; });
+  }
+  EXPECT_EQ(total.load(), 20000 * 8);
+}
+
+TEST(ThreadPool, PropagatesExceptionAfterAllChunksFinish) {
+  ThreadPool pool(4);
+  std::atomic<int> finished{0};
+  try {
+    pool.parallel_for(4, [&](int64_t b, int64_t, int) {
+      if (b == 2) throw std::runtime_error("chunk " + std::to_string(b) + " failed");
+      ++finished;
+    });
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "chunk 2 failed");
+  }
+  EXPECT_EQ(finished.load(), 3);
+  // The pool is still usable afterwards.
+  std::atomic<int> count{0};
+  pool.parallel_for(4, [&](int64_t b, int64_t e, int) { count += static_cast<int>(e - b); });
+  EXPECT_EQ(count.load(), 4);
+}
+
+TEST(ThreadPool, RethrowsTheLowestFailingChunksException) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.parallel_for(3,
+                                 [&](int64_t b, int64_t, int) {
+                                   if (b == 0) throw InvalidArgument("first chunk");
+                                 }),
+               InvalidArgument);
+  for (int rep = 0; rep < 20; ++rep) {
+    try {
+      pool.parallel_for(3, [&](int64_t b, int64_t, int) {
+        if (b > 0) throw std::runtime_error("chunk " + std::to_string(b));
+      });
+      ADD_FAILURE() << "expected an exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "chunk 1");
+    }
+  }
+  ThreadPool single(1);
+  EXPECT_THROW(single.parallel_for(1, [](int64_t, int64_t, int) { throw InvalidArgument("x"); }),
+               InvalidArgument);
+  // Usable after a throw on the single-thread path too.
+  int calls = 0;
+  single.parallel_for(5, [&](int64_t b, int64_t e, int t) {
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 5);
+    EXPECT_EQ(t, 0);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(ThreadPool, ReentrantCallIsDetected) {
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    EXPECT_THROW(
+        pool.parallel_for(
+            1, [&](int64_t, int64_t, int) { pool.parallel_for(1, [](int64_t, int64_t, int) {}); }),
+        std::logic_error);
+    int ok = 0;
+    pool.parallel_for(1, [&](int64_t, int64_t, int) { ++ok; });
+    EXPECT_EQ(ok, 1);
+  }
+}
+
+TEST(ThreadPool, DestroysCleanlyWhileIdleOrRightAfterAJob) {
+  for (int i = 0; i < 50; ++i) {
+    ThreadPool pool(3);
+    if (i % 2) pool.parallel_for(3, [](int64_t, int64_t, int) {});
+  }
+}
+
+}  // namespace
+}  // namespace encore

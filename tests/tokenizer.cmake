@@ -1,0 +1,6 @@
+# Tokenizer: unit tests on hand-built vocabularies, data tests on the SPM
+# vocabularies in ../shared (llama.cpp's test vectors).
+encore_add_test(test_tokenizer SOURCES tokenizer_test.cpp LIBS encore_tokenizer encore_gguf
+                LABELS unit)
+encore_add_test(test_tokenizer_data SOURCES tokenizer_data_test.cpp
+                LIBS encore_tokenizer encore_gguf LABELS data)
