@@ -44,7 +44,9 @@ void synth_inspect_run(const SynthCase& c) {
   const auto ids = j["ids"].get<std::vector<int>>();
   EXPECT_EQ(j["finish_reason"], ids.size() == 6 ? "length" : "eog");
   // Not degenerate: at temperature 1 the random model does not repeat one id.
-  if (ids.size() == 6) EXPECT_GT(std::set<int>(ids.begin(), ids.end()).size(), 1u);
+  if (ids.size() == 6) {
+    EXPECT_GT(std::set<int>(ids.begin(), ids.end()).size(), 1u);
+  }
 }
 
 class SynthPresets : public ::testing::TestWithParam<SynthCase> {};

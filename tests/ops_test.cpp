@@ -48,7 +48,7 @@ class MatmulTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(MatmulTest, MatchesDoubleReferenceAndIsThreadCountInvariant) {
   const DType type = GetParam();
-  const int64_t rows = 37, cols = 256, m = 5;
+  const int64_t rows = 67, cols = 256, m = 5;  // above kMinParallelWork: really threaded
   const TestMatrix w = make_matrix(type, rows, cols, 7);
   const std::vector<float> x = random_vec(static_cast<size_t>(m * cols), 11);
 

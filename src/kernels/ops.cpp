@@ -40,7 +40,7 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool
       for (int64_t i = 0; i < m; ++i) y[i * rows + r] = dot(row, x + i * cols, cols);
     }
   };
-  if (pool == nullptr) {
+  if (pool == nullptr || rows * cols * m < kMinParallelWork) {
     run(0, rows, 0);
   } else {
     pool->parallel_for(rows, run);

@@ -23,6 +23,11 @@ class ThreadPool;
 
 namespace encore::kernels {
 
+// Below this many multiply-adds a job is cheaper to run on the calling thread
+// than to hand out (waking workers costs microseconds). Only speed depends on
+// it: the split never changes results.
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 16;
+
 // A borrowed 2-D weight matrix stored row-major in any dequantisable dtype:
 // `rows` rows of `cols` values each, row r starting at data + r * row_bytes.
 // In GGUF terms cols = dims[0] and rows = dims[1].
@@ -38,7 +43,7 @@ struct WeightView {
 // x: [m, w.cols], y: [m, w.rows] (must not alias x).
 // Work is split across threads by output rows; each weight row is
 // dequantised once into per-thread scratch and dotted with all m inputs.
-// pool may be null (runs on the calling thread).
+// pool may be null; small products (< kMinParallelWork) run on the caller.
 void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool);
 
 // Dequantises row `row` of `w` into out: [w.cols]. Used for embedding lookup.

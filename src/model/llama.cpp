@@ -184,7 +184,7 @@ void ForwardContext::attention(KvSequence& seq, int layer, int n, int32_t pos0) 
   const float* q = q_.data();  // [n, n_head * head_dim]
   float* att = att_.data();    // [n, n_head * head_dim]
   const int64_t n_items = static_cast<int64_t>(n) * hp.n_head;
-  threads_.parallel_for(n_items, [&](int64_t begin, int64_t end, int thread) {
+  auto run = [&](int64_t begin, int64_t end, int thread) {
     float* scores = scores_.data() + static_cast<size_t>(thread) * n_ctx_;  // [n_ctx]
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / hp.n_head;
@@ -194,7 +194,14 @@ void ForwardContext::attention(KvSequence& seq, int layer, int n, int32_t pos0) 
       kernels::attention_head(q + off, kv, h / group, n_visible, hp.head_dim, scale, scores,
                               att + off);
     }
-  });
+  };
+  // Roughly 2 multiply-adds per visible position and head dim per item.
+  const int64_t work = n_items * (pos0 + n) * hp.head_dim * 2;
+  if (work < kernels::kMinParallelWork) {
+    run(0, n_items, 0);
+  } else {
+    threads_.parallel_for(n_items, run);
+  }
 }
 
 }  // namespace encore
