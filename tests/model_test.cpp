@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -444,6 +445,29 @@ TEST(Model, KvExhaustionIsResourceExhaustedAndLeavesTheSequenceAlone) {
   ctx.eval(seq, some_tokens(6, s.n_vocab, 3), logits);  // 12 fits exactly
   seq.release(pool);
   EXPECT_EQ(pool.n_free(), 3);
+}
+
+TEST(Model, WritingIntoASharedBlockIsRefused) {
+  Spec s;
+  const Synth m = Builder(s).build();
+  Engine e(m, 1, 64, 4);
+  std::vector<float> logits(static_cast<size_t>(s.n_vocab));
+  KvSequence a;
+  e.ctx.eval(a, some_tokens(6, s.n_vocab, 1), logits);  // blocks 0, 1 (half full)
+  KvSequence b;  // shares a's prefix, including the partial block
+  for (int32_t id : a.blocks) {
+    e.pool.retain(id);
+    b.blocks.push_back(id);
+  }
+  b.n_tokens = a.n_tokens;
+  EXPECT_THROW(e.ctx.eval(a, some_tokens(1, s.n_vocab, 2), logits), std::logic_error);
+  EXPECT_EQ(a.n_tokens, 6);
+  EXPECT_EQ(a.blocks.size(), 2u);
+  b.release(e.pool);
+  e.ctx.eval(a, some_tokens(3, s.n_vocab, 2), logits);  // exclusive again: fine
+  EXPECT_EQ(a.n_tokens, 9);
+  a.release(e.pool);
+  EXPECT_EQ(e.pool.n_free(), e.pool.n_blocks());
 }
 
 TEST(Model, ContextRejectsMismatchedPool) {

@@ -108,7 +108,9 @@ class ForwardContext {
   // ([n_vocab]). A whole prompt goes in one call (batched matmuls).
   // Throws InvalidArgument (no tokens, positions past n_ctx, token id out of
   // range, logits_last of the wrong size) or ResourceExhausted (KV pool
-  // full); in every case seq is left as it was.
+  // full); in every case seq is left as it was. The blocks that receive the
+  // new positions must not be shared with another sequence (refcount 1;
+  // std::logic_error otherwise): copy-on-write comes with prefix sharing.
   void eval(KvSequence& seq, std::span<const int32_t> tokens, std::span<float> logits_last);
 
  private:
@@ -131,8 +133,8 @@ class ForwardContext {
   std::vector<float> gate_;             // [n, n_ff]
   std::vector<float> up_;               // [n, n_ff]
   std::vector<float> scores_;           // [threads, n_ctx] attention probabilities
-  std::vector<float> rope_cos_;         // [n_rot / 2]
-  std::vector<float> rope_sin_;         // [n_rot / 2]
+  std::vector<float> rope_cos_;         // [n, n_rot / 2] RoPE angles per position
+  std::vector<float> rope_sin_;         // [n, n_rot / 2]
   std::vector<const float*> k_blocks_;  // [blocks of seq] one layer's K block pointers
   std::vector<const float*> v_blocks_;  // [blocks of seq] one layer's V block pointers
 };

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "encore/error.h"
 #include "encore/gguf.h"
@@ -93,8 +94,31 @@ void ForwardContext::eval(KvSequence& seq, std::span<const int32_t> tokens,
     }
   }
 
+  // On any failure below, give back the blocks reserved here so that the
+  // sequence is left as it was.
   const size_t blocks_before = seq.blocks.size();
+  auto undo_reserve = [&] {
+    while (seq.blocks.size() > blocks_before) {
+      pool_.release(seq.blocks.back());
+      seq.blocks.pop_back();
+    }
+  };
   seq.reserve(pool_, static_cast<int32_t>(total));
+
+  // Writing K/V into a block another sequence also references would change
+  // that sequence's past.
+  const int bt = pool_.layout().block_tokens;
+  for (size_t b = static_cast<size_t>(seq.n_tokens / bt); b < seq.blocks.size(); ++b) {
+    if (pool_.refcount(seq.blocks[b]) != 1) {
+      const std::string msg = fmt::format(
+          "eval: KV block {} (positions from {}) is shared by {} sequences; writing to a "
+          "shared block needs copy-on-write",
+          seq.blocks[b], b * static_cast<size_t>(bt), pool_.refcount(seq.blocks[b]));
+      undo_reserve();
+      throw std::logic_error(msg);
+    }
+  }
+
   try {
     const int64_t n = static_cast<int64_t>(tokens.size());
     for (int64_t start = 0; start < n; start += kMaxBatch) {
@@ -104,11 +128,7 @@ void ForwardContext::eval(KvSequence& seq, std::span<const int32_t> tokens,
                  last ? logits_last.data() : nullptr);
     }
   } catch (...) {
-    // Leave the sequence as it was: give back the blocks reserved above.
-    while (seq.blocks.size() > blocks_before) {
-      pool_.release(seq.blocks.back());
-      seq.blocks.pop_back();
-    }
+    undo_reserve();
     throw;
   }
   seq.n_tokens = static_cast<int32_t>(total);
