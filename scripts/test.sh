@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test: set up, build (Release), run the whole ctest suite, then the
-# unit tests again under ASan+UBSan, then the GGUF fuzzer for a bounded time.
+# Every test: set up, build (Release), run the whole ctest suite (labels unit,
+# data, cli and heavy: the 1b synth preset in every type), then the unit tests
+# again under ASan+UBSan, then the GGUF and tokenizer fuzzers for a bounded time.
 #   SHARED_DIR=/path/to/shared scripts/test.sh   (default: ../shared beside the repo)
 #   FUZZ_SECONDS=60 (0 skips the fuzzer)
 set -euo pipefail
@@ -13,22 +14,28 @@ fuzz_seconds="${FUZZ_SECONDS:-60}"
 bash scripts/setup.sh
 
 echo "== Release build and full test suite (data: $shared)"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DENCORE_SHARED_DIR="$shared" >/dev/null
+# ENCORE_BUILD_TESTS=ON undoes scripts/run.sh's OFF in the shared build folder.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DENCORE_BUILD_TESTS=ON \
+  -DENCORE_SHARED_DIR="$shared" >/dev/null
 cmake --build build -j "$jobs"
-ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900 --no-tests=error
 
 echo "== ASan+UBSan build, unit tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DENCORE_SANITIZE=ON \
   -DENCORE_SHARED_DIR="$shared" >/dev/null
 cmake --build build-asan -j "$jobs"
-ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 900
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 900 --no-tests=error
 
 if [ "$fuzz_seconds" != "0" ]; then
   echo "== libFuzzer: GGUF reader for ${fuzz_seconds}s"
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-  cmake --build build-fuzz -j "$jobs" --target fuzz_gguf
+  cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
+  echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
+  tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
+  build-fuzz/bin/fuzz_tokenizer -max_total_time=$((fuzz_seconds / 2)) -max_len=4096 -timeout=10 \
+    -rss_limit_mb=2048 -artifact_prefix="$tok_corpus/" "$tok_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

@@ -119,15 +119,48 @@ TEST(CliRun, SameSeedSameTextAndSeedIsReported) {
 }
 
 TEST(CliRun, ThreadCountDoesNotChangeOutput) {
-  ENCORE_SHARED_FILE(model_path, "models/stories260K.gguf");
+  // stories260K's matrices are too small to be split across threads, so use
+  // a synthetic model whose matmuls are (256 x 256 and up, over a 40-token
+  // prompt).
+  TempDir tmp;
+  const std::string model = tmp.file("tiny.gguf");
+  ASSERT_EQ(run_encore({"synth", "-o", model, "--preset", "tiny", "--type", "Q4_K"}).exit_code, 0);
+  std::string prompt;
+  for (int i = 0; i < 8; ++i) prompt += "the quick brown fox ";
   auto ids = [&](const char* threads) {
-    const CliResult r = run_encore({"run", "-m", model_path, "--temp", "0", "-n", "64", "--json",
-                                    "-t", threads, "-p", "One day"});
+    const CliResult r = run_encore({"run", "-m", model, "--temp", "0.7", "--seed", "4", "-n", "48",
+                                    "--json", "-t", threads, "-p", prompt});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return nlohmann::json::parse(r.out)["ids"];
   };
-  EXPECT_EQ(ids("1"), ids("2"));
-  EXPECT_EQ(ids("1"), ids("3"));
+  const auto one = ids("1");
+  EXPECT_EQ(one.size(), 48u);
+  EXPECT_EQ(one, ids("2"));
+  EXPECT_EQ(one, ids("3"));
+}
+
+TEST(CliRun, BadFlagValuesAreRejected) {
+  ENCORE_SHARED_FILE(model_path, "models/stories260K.gguf");
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"-t", "0"}, {"-t", "-3"}, {"-n", "-7"}, {"--kv-mem", "nan"},
+        {"--kv-mem", "1e30"}, {"--kv-mem", "-5"}, {"-c", "-1"}, {"--temp", "-1"}}) {
+    std::vector<std::string> args = {"run", "-m", model_path, "-p", "hi"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const CliResult r = run_encore(args);
+    EXPECT_NE(r.exit_code, 0) << bad[0] << " " << bad[1];
+    EXPECT_NE(r.err.find(bad[0].substr(0, 2)), std::string::npos) << r.err;
+  }
+  const CliResult both = run_encore({"run", "-m", model_path, "-p", "", "-f", "/dev/null"});
+  EXPECT_NE(both.exit_code, 0);
+}
+
+TEST(CliRun, KvBudgetSmallerThanContextFailsUpFront) {
+  ENCORE_SHARED_FILE(model_path, "models/stories260K.gguf");
+  const CliResult r = run_encore({"run", "-m", model_path, "-c", "512", "--kv-mem", "0.1", "-p",
+                                  "Once", "--json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");  // nothing half-printed
+  EXPECT_NE(r.err.find("KV cache has room for"), std::string::npos) << r.err;
 }
 
 TEST(CliRun, MmapAndReadGiveTheSameOutput) {

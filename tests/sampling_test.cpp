@@ -41,6 +41,7 @@ TEST(Argmax, TiesGoToLowestIdAndNaNNeverWins) {
   EXPECT_EQ(argmax(std::vector<float>{1, 3, 3, 2}), 1);
   EXPECT_EQ(argmax(std::vector<float>{NAN, 0.5f, NAN, 0.5f}), 1);
   EXPECT_EQ(argmax(std::vector<float>{-INFINITY, -INFINITY}), 0);
+  EXPECT_EQ(argmax(std::vector<float>{NAN, NAN}), -1);
 }
 
 TEST(SampleSoftmax, FollowsTheDistribution) {

@@ -1,8 +1,9 @@
 // The generation loop: prompt ids in, generated ids out, one token at a time.
 //
-// Ownership: a Generator borrows the model's ForwardContext, the KV pool and
-// the tokenizer; it owns one KvSequence for the request and releases its
-// blocks when destroyed. Not thread-safe: one Generator per request thread.
+// Ownership: generate() borrows the ForwardContext (and through it the model
+// and the KV pool) and the tokenizer; it owns one KvSequence for the request
+// and returns its blocks to the pool however it exits. Not thread-safe: one
+// call per ForwardContext at a time.
 // Cost: one forward pass over the prompt, then one per generated token.
 #pragma once
 
@@ -41,8 +42,11 @@ struct GenerateResult {
 using TokenCallback = std::function<void(TokenId)>;
 
 // Runs prompt_ids (must be non-empty: at least BOS) then generates.
-// Throws InvalidArgument when the prompt alone does not fit the context.
-GenerateResult generate(ForwardContext& ctx, KvBlockPool& pool, const Tokenizer& tokenizer,
+// Throws InvalidArgument when the prompt alone does not fit the context or
+// the tokenizer's vocabulary differs from the model's, ResourceExhausted when
+// the KV pool cannot hold the context, and ModelError when every logit of a
+// step is NaN (a broken model file).
+GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
                         const std::vector<TokenId>& prompt_ids, const GenerateParams& params,
                         const TokenCallback& on_token);
 

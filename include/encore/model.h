@@ -101,6 +101,7 @@ class ForwardContext {
 
   int32_t n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
+  KvBlockPool& pool() const { return pool_; }
 
   // Runs `tokens` at positions [seq.n_tokens, seq.n_tokens + tokens.size()):
   // appends their K/V to seq (allocating blocks from the pool), advances

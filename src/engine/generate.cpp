@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -18,6 +19,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // Greedy for temp == 0, otherwise one draw from stream (seed, sample 0,
 // t = index of the generated token), purpose 0 (see rng.h).
 TokenId choose(std::span<const float> logits, const GenerateParams& p, uint64_t t) {
+  if (argmax(logits) < 0) {
+    throw ModelError(fmt::format(
+        "every logit of generated token {} is NaN: the model file's weights are broken", t));
+  }
   if (p.temp <= 0.0f) return argmax(logits);
   const float u = uniform_from_word(random_words(p.seed, 0, t)[0]);
   return sample_softmax(logits, p.temp, u);
@@ -44,20 +49,40 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-GenerateResult generate(ForwardContext& ctx, KvBlockPool& pool, const Tokenizer& tokenizer,
+GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
                         const std::vector<TokenId>& prompt_ids, const GenerateParams& params,
                         const TokenCallback& on_token) {
   if (prompt_ids.empty()) throw InvalidArgument("generate: the prompt has no tokens (not even BOS)");
   const int32_t n_ctx = ctx.n_ctx();
   if (static_cast<int64_t>(prompt_ids.size()) > n_ctx) {
     throw InvalidArgument(fmt::format(
-        "the prompt has {} tokens but the context size is {}: shorten the prompt or raise -c",
+        "the prompt has {} tokens but the context size is {}: shorten the prompt or raise the "
+        "context size",
         prompt_ids.size(), n_ctx));
+  }
+  const int n_vocab = ctx.model().hparams().n_vocab;
+  if (tokenizer.n_vocab() != n_vocab) {
+    throw InvalidArgument(fmt::format("the tokenizer has {} tokens but the model's vocabulary is {}",
+                                      tokenizer.n_vocab(), n_vocab));
+  }
+  // Fail before the first token rather than halfway through the output: the
+  // request may fill the whole context unless n_predict bounds it.
+  KvBlockPool& pool = ctx.pool();
+  int64_t needed = n_ctx;
+  if (params.n_predict >= 0) {
+    needed = std::min<int64_t>(n_ctx, static_cast<int64_t>(prompt_ids.size()) + params.n_predict);
+  }
+  const int64_t pool_tokens = static_cast<int64_t>(pool.n_free()) * pool.layout().block_tokens;
+  if (pool_tokens < needed) {
+    throw ResourceExhausted(fmt::format(
+        "the KV cache has room for {} tokens ({} free blocks of {}) but this request may need {} "
+        "(context size {}): raise the KV cache budget or lower the context size",
+        pool_tokens, pool.n_free(), pool.layout().block_tokens, needed, n_ctx));
   }
 
   GenerateResult result;
   SequenceGuard guard{pool, {}};
-  std::vector<float> logits(static_cast<size_t>(tokenizer.n_vocab()));  // [n_vocab]
+  std::vector<float> logits(static_cast<size_t>(n_vocab));  // [n_vocab]
 
   auto start = std::chrono::steady_clock::now();
   ctx.eval(guard.seq, prompt_ids, logits);

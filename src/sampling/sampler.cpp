@@ -12,7 +12,7 @@ int32_t argmax(std::span<const float> logits) {
     if (std::isnan(logits[i])) continue;
     if (best < 0 || logits[i] > logits[best]) best = static_cast<int32_t>(i);
   }
-  return best < 0 ? 0 : best;
+  return best;
 }
 
 int32_t sample_softmax(std::span<const float> logits, float temp, float u) {

@@ -1,0 +1,2 @@
+# The generation loop (src/engine) on a synthetic model.
+encore_add_test(test_engine SOURCES engine_test.cpp LIBS encore_engine encore_synth LABELS unit)
