@@ -2,8 +2,11 @@
 // `encore inspect`. The 1b preset (TinyLlama-1.1B's shape) is labelled heavy.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "cli_runner.h"
 #include "shared_data.h"
@@ -108,6 +111,46 @@ TEST(Synth, BadOptionsAreClearErrors) {
   r = run_encore({"synth", "-o", tmp.file("x.gguf"), "--arch", "gpt2"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--arch 'gpt2'"), std::string::npos) << r.err;
+}
+
+// Keys and tensor names are untrusted text: `encore inspect` prints them
+// escaped, so a file cannot send control sequences to the terminal.
+TEST(Inspect, EscapesUntrustedKeysAndTensorNames) {
+  std::vector<char> b;
+  const auto raw = [&](const void* p, size_t n) {
+    b.insert(b.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  };
+  const auto u32 = [&](uint32_t v) { raw(&v, 4); };
+  const auto u64 = [&](uint64_t v) { raw(&v, 8); };
+  const auto str = [&](std::string_view s) {
+    u64(s.size());
+    raw(s.data(), s.size());
+  };
+  b.assign({'G', 'G', 'U', 'F'});
+  u32(3);
+  u64(1);  // tensors
+  u64(1);  // metadata
+  str("evil\x1b]0;title\x07key");
+  u32(8);  // string
+  str("value");
+  str("t\x1b[2J");
+  u32(1);  // n_dims
+  u64(4);
+  u32(0);  // F32
+  u64(0);  // offset
+  b.resize((b.size() + 31) / 32 * 32 + 16, '\0');  // padding, then 4 floats of data
+  TempDir tmp;
+  const std::string model = tmp.file("evil.gguf");
+  {
+    std::ofstream out(model, std::ios::binary);
+    out.write(b.data(), static_cast<std::streamsize>(b.size()));
+  }
+  const CliResult r = run_encore({"inspect", model});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("evil\\x1b]0;title\\x07key"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("t\\x1b[2J"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos);
 }
 
 #endif  // ENCORE_SYNTH_HEAVY

@@ -5,6 +5,7 @@
 
 #include "encore/fingerprint.h"
 #include "encore/gguf.h"
+#include "encore/thread_pool.h"
 #include "shared_data.h"
 
 namespace encore::gguf {
@@ -23,7 +24,8 @@ TEST(GgufData, Stories260K) {
     EXPECT_EQ(emb.dims, (std::vector<uint64_t>{64, 512}));
     EXPECT_EQ(emb.n_bytes, 64u * 512 * 4);
     EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").arr.size(), 512u);
-    EXPECT_EQ(model_fingerprint(f, 1), model_fingerprint(File::open(path, LoadMode::Read), 4));
+    ThreadPool one(1), four(4);
+    EXPECT_EQ(model_fingerprint(f, one), model_fingerprint(File::open(path, LoadMode::Read), four));
   }
 }
 

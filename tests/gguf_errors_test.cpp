@@ -2,8 +2,11 @@
 // file, the key or tensor involved and the byte offset.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "encore/gguf.h"
@@ -182,6 +185,28 @@ TEST(GgufErrors, TooManyArrayItemsInTotal) {
   b.u32(0).u64(n).zeros(n);
   EXPECT_CONTAINS_ALL(parse_error(b.bytes()), "bad.gguf", "key 'x.bytes'",
                       fmt::format("array at byte {}", at), "8388608 array items");
+}
+
+// Each array item costs a Value (~100 bytes) but may take one byte of the
+// file, so the number of items a file may declare grows with its size
+// instead of allowing 8M items to any file.
+TEST(GgufErrors, ArrayItemBudgetFollowsTheFileSize) {
+  // 2^20 items are free, plus one per 8 bytes of file.
+  const auto file_of = [](uint64_t n) {
+    ByteBuilder b = one_kv("x.bytes", 9);
+    b.u32(0).u64(n).zeros(n);
+    return b;
+  };
+  const uint64_t ok = (uint64_t{1} << 20) + (uint64_t{1} << 17);  // 1.15 MiB file: fits
+  File f = File::from_bytes(file_of(ok).bytes(), "ok.gguf");
+  EXPECT_EQ(f.get_array("x.bytes").arr.size(), ok);
+
+  const uint64_t n = uint64_t{1} << 21;  // 2 MiB file: 2^20 + 2^18 items allowed
+  ByteBuilder b = file_of(n);
+  const size_t size = b.size();
+  EXPECT_CONTAINS_ALL(parse_error(b.bytes()), "bad.gguf", "key 'x.bytes'",
+                      fmt::format("more than {} array items in all", (1 << 20) + size / 8),
+                      fmt::format("for a file of {} bytes", size), "8388608 array items");
 }
 
 // An array value nested `depth` levels deep, innermost holding one uint8.
@@ -497,6 +522,77 @@ TEST(GgufOpen, MissingFileAndDirectory) {
     }
   }
 }
+
+// A large file that is not GGUF fails on its first 8 bytes in both load
+// modes, before anything the size of the file is allocated or read.
+TEST(GgufOpen, LargeNonGgufFileFailsAtOnce) {
+  test::TempDir dir;
+  const std::string path = dir.file("big.bin");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "NOTGGUF!";
+  }
+  std::error_code ec;
+  std::filesystem::resize_file(path, uint64_t{1} << 40, ec);  // sparse: 1 TiB, no disk used
+  if (ec) GTEST_SKIP() << "no sparse 1 TiB file here: " << ec.message();
+  for (LoadMode mode : {LoadMode::Read, LoadMode::Mmap}) {
+    try {
+      File::open(path, mode);
+      FAIL() << "expected a GgufError";
+    } catch (const GgufError& e) {
+      EXPECT_CONTAINS_ALL(e.what(), path, "not a GGUF file", "4e 4f 54 47");
+    }
+  }
+  std::ofstream(path, std::ios::binary | std::ios::in | std::ios::out).write("GGUF\1\0\0\0", 8);
+  try {
+    File::open(path, LoadMode::Read);
+    FAIL() << "expected a GgufError";
+  } catch (const GgufError& e) {
+    EXPECT_CONTAINS_ALL(e.what(), path, "unsupported GGUF version 1");
+  }
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ENCORE_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ENCORE_TEST_ASAN 1
+#endif
+#endif
+
+// Not under ASan: its shadow memory needs more address space than the limit
+// below, and its allocator aborts on a request this size.
+#ifndef ENCORE_TEST_ASAN
+TEST(GgufOpen, FileTooLargeForMemorySuggestsMmap) {
+  test::TempDir dir;
+  const std::string path = dir.file("huge.gguf");
+  {
+    ByteBuilder b;
+    b.header(3, 0, 0);
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(b.bytes().data()),
+              static_cast<std::streamsize>(b.size()));
+  }
+  std::error_code ec;
+  std::filesystem::resize_file(path, uint64_t{1} << 40, ec);  // sparse: 1 TiB, no disk used
+  if (ec) GTEST_SKIP() << "no sparse 1 TiB file here: " << ec.message();
+  // The allocation must fail whatever the machine's overcommit policy.
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &old_limit), 0);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = std::min<rlim_t>(old_limit.rlim_max, rlim_t{64} << 30);
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &limit), 0);
+  std::string message;
+  try {
+    File::open(path, LoadMode::Read);
+  } catch (const GgufError& e) {
+    message = e.what();
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &old_limit), 0);
+  EXPECT_CONTAINS_ALL(message, path, "not enough memory to read 1099511627776 bytes",
+                      "load it with mmap instead");
+}
+#endif
 
 TEST(GgufOpen, EmptyFile) {
   test::TempDir dir;

@@ -1,16 +1,19 @@
 // Content fingerprint: stable across load modes, thread counts and
-// descriptive metadata; sensitive to tensor bytes and inference metadata;
-// cached by path, size and mtime.
+// descriptive metadata; sensitive to tensor bytes and inference metadata
+// (general.name included); cached by path and the opened file's stamp.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "encore/fingerprint.h"
 #include "encore/gguf.h"
+#include "encore/thread_pool.h"
 #include "gguf_test_util.h"
 
 namespace encore {
@@ -24,6 +27,7 @@ using gguf::Writer;
 
 struct ModelSpec {
   std::string name = "tiny";
+  std::string description = "a tiny test model";
   uint32_t block_count = 2;
   int flip_byte = -1;  // index into the first tensor's data to change
   bool reorder_keys = false;
@@ -33,6 +37,7 @@ Writer make_model(const ModelSpec& spec) {
   Writer w;
   auto general = [&] {
     w.set("general.name", Value::make_string(spec.name));
+    w.set("general.description", Value::make_string(spec.description));
     w.set("general.architecture", Value::make_string("llama"));
   };
   if (!spec.reorder_keys) general();
@@ -51,19 +56,22 @@ Writer make_model(const ModelSpec& spec) {
 }
 
 std::string fp_of(const ModelSpec& spec, int n_threads = 1) {
-  return model_fingerprint(File::from_bytes(make_model(spec).to_bytes()), n_threads);
+  ThreadPool pool(n_threads);
+  return model_fingerprint(File::from_bytes(make_model(spec).to_bytes()), pool);
 }
 
 TEST(GgufFingerprint, StableAcrossLoadModesAndThreads) {
   test::TempDir dir;
   const std::string path = dir.file("m.gguf");
   make_model({}).write(path);
-  const std::string ref = model_fingerprint(File::open(path, LoadMode::Mmap), 1);
+  ThreadPool one(1);
+  const std::string ref = model_fingerprint(File::open(path, LoadMode::Mmap), one);
   EXPECT_EQ(ref.size(), 32u);
   EXPECT_EQ(ref.find_first_not_of("0123456789abcdef"), std::string::npos);
-  for (int threads : {0, 1, 2, 3, 8, 64}) {
-    EXPECT_EQ(model_fingerprint(File::open(path, LoadMode::Read), threads), ref) << threads;
-    EXPECT_EQ(model_fingerprint(File::open(path, LoadMode::Mmap), threads), ref) << threads;
+  for (int threads : {1, 2, 3, 8, 64}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(model_fingerprint(File::open(path, LoadMode::Read), pool), ref) << threads;
+    EXPECT_EQ(model_fingerprint(File::open(path, LoadMode::Mmap), pool), ref) << threads;
   }
   EXPECT_EQ(fp_of({}), ref);
 }
@@ -80,19 +88,31 @@ TEST(GgufFingerprint, ChangesWithContent) {
 
 TEST(GgufFingerprint, IgnoresDescriptiveMetadataAndLayout) {
   const std::string ref = fp_of({});
-  ModelSpec renamed;
-  renamed.name = "another name";
-  EXPECT_EQ(fp_of(renamed), ref);
+  ModelSpec described;
+  described.description = "another description";
+  EXPECT_EQ(fp_of(described), ref);
   ModelSpec reordered;
   reordered.reorder_keys = true;
   EXPECT_EQ(fp_of(reordered), ref);
   Writer realigned = make_model({});
   realigned.set("general.alignment", Value::make_u32(256));
-  EXPECT_EQ(model_fingerprint(File::from_bytes(realigned.to_bytes())), ref);
+  realigned.set("general.author", Value::make_string("someone"));
+  ThreadPool pool(1);
+  EXPECT_EQ(model_fingerprint(File::from_bytes(realigned.to_bytes()), pool), ref);
+}
+
+// vocab_from_gguf switches Phi-3's whitespace handling on general.name, so
+// the name can change the output and must change the fingerprint.
+TEST(GgufFingerprint, ChangesWithGeneralName) {
+  ModelSpec renamed;
+  renamed.name = "Phi-3 mini";
+  EXPECT_NE(fp_of(renamed), fp_of({}));
 }
 
 TEST(GgufFingerprint, IgnoredKeys) {
-  EXPECT_TRUE(fingerprint_ignores_key("general.name"));
+  EXPECT_FALSE(fingerprint_ignores_key("general.name"));
+  EXPECT_TRUE(fingerprint_ignores_key("general.author"));
+  EXPECT_TRUE(fingerprint_ignores_key("general.description"));
   EXPECT_TRUE(fingerprint_ignores_key("general.license.link"));
   EXPECT_TRUE(fingerprint_ignores_key("general.source.url"));
   EXPECT_TRUE(fingerprint_ignores_key("general.file_type"));
@@ -109,19 +129,20 @@ TEST(GgufFingerprint, CacheHitAndInvalidation) {
   const std::string path = dir.file("m.gguf");
   make_model({}).write(path);
   const std::string ref = fp_of({});
+  ThreadPool one(1), two(2);
 
   bool hit = true;
   File f = File::open(path, LoadMode::Mmap);
-  EXPECT_EQ(model_fingerprint_cached(path, f, 2, &hit, cache), ref);
+  EXPECT_EQ(model_fingerprint_cached(path, f, two, &hit, cache), ref);
   EXPECT_FALSE(hit);
-  EXPECT_EQ(model_fingerprint_cached(path, f, 2, &hit, cache), ref);
+  EXPECT_EQ(model_fingerprint_cached(path, f, two, &hit, cache), ref);
   EXPECT_TRUE(hit);
-  EXPECT_EQ(model_fingerprint_cached(f, 1, &hit, cache), ref);  // path from the File
+  EXPECT_EQ(model_fingerprint_cached(f, one, &hit, cache), ref);  // path from the File
   EXPECT_TRUE(hit);
   // A relative spelling of the same file finds the same entry.
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
-  EXPECT_EQ(model_fingerprint_cached("./m.gguf", f, 1, &hit, cache), ref);
+  EXPECT_EQ(model_fingerprint_cached("./m.gguf", f, one, &hit, cache), ref);
   std::filesystem::current_path(cwd);
   EXPECT_TRUE(hit);
 
@@ -132,12 +153,114 @@ TEST(GgufFingerprint, CacheHitAndInvalidation) {
   struct timespec times[2] = {{0, 0}, {1234567, 890}};
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   File g = File::open(path, LoadMode::Read);
-  const std::string changed_fp = model_fingerprint_cached(path, g, 2, &hit, cache);
+  const std::string changed_fp = model_fingerprint_cached(path, g, two, &hit, cache);
   EXPECT_FALSE(hit);
   EXPECT_EQ(changed_fp, fp_of(changed));
   EXPECT_NE(changed_fp, ref);
-  EXPECT_EQ(model_fingerprint_cached(path, g, 2, &hit, cache), changed_fp);
+  EXPECT_EQ(model_fingerprint_cached(path, g, two, &hit, cache), changed_fp);
   EXPECT_TRUE(hit);
+}
+
+struct timespec mtime_of(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(::stat(path.c_str(), &st), 0);
+  return st.st_mtim;
+}
+
+void set_mtime(const std::string& path, const struct timespec& t) {
+  const struct timespec times[2] = {t, t};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+}
+
+// A size and mtime stamp taken from the path is not enough: a file replaced
+// (new inode) or rewritten in place with the same size and the old mtime
+// restored must be hashed again, or the cache pairs new bytes with the old
+// fingerprint.
+TEST(GgufFingerprint, CacheEntryInvalidAfterRewriteWithSameSizeAndMtime) {
+  test::TempDir dir;
+  const std::string cache = dir.file("cache");
+  const std::string path = dir.file("m.gguf");
+  ThreadPool one(1);
+  make_model({}).write(path);
+  const struct timespec mtime = mtime_of(path);
+  const uint64_t size = std::filesystem::file_size(path);
+  bool hit = true;
+  {
+    File f = File::open(path, LoadMode::Mmap);
+    ASSERT_TRUE(f.stamp().has_value());
+    EXPECT_EQ(f.stamp()->size, size);
+    EXPECT_EQ(model_fingerprint_cached(path, f, one, &hit, cache), fp_of({}));
+    EXPECT_FALSE(hit);
+  }
+
+  // Replaced by another file (Writer renames a temporary over it).
+  ModelSpec replaced;
+  replaced.flip_byte = 5;
+  make_model(replaced).write(path);
+  set_mtime(path, mtime);
+  ASSERT_EQ(std::filesystem::file_size(path), size);
+  {
+    File f = File::open(path, LoadMode::Read);
+    EXPECT_EQ(model_fingerprint_cached(path, f, one, &hit, cache), fp_of(replaced));
+    EXPECT_FALSE(hit);
+    EXPECT_EQ(model_fingerprint_cached(path, f, one, &hit, cache), fp_of(replaced));
+    EXPECT_TRUE(hit);
+  }
+
+  // Rewritten in place (same inode), mtime restored. Only the ctime tells;
+  // it is set to "now" by the clock's tick, so wait until it moves on.
+  struct stat before;
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  ModelSpec in_place;
+  in_place.flip_byte = 9;
+  const std::vector<uint8_t> bytes = make_model(in_place).to_bytes();
+  for (;;) {
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::in | std::ios::out);
+      out.write(reinterpret_cast<const char*>(bytes.data()),
+                static_cast<std::streamsize>(bytes.size()));
+    }
+    set_mtime(path, mtime);
+    struct stat after;
+    ASSERT_EQ(::stat(path.c_str(), &after), 0);
+    ASSERT_EQ(after.st_ino, before.st_ino);
+    ASSERT_EQ(static_cast<uint64_t>(after.st_size), size);
+    if (after.st_ctim.tv_sec != before.st_ctim.tv_sec ||
+        after.st_ctim.tv_nsec != before.st_ctim.tv_nsec) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    File f = File::open(path, LoadMode::Mmap);
+    EXPECT_EQ(model_fingerprint_cached(path, f, one, &hit, cache), fp_of(in_place));
+    EXPECT_FALSE(hit);
+  }
+}
+
+TEST(GgufFingerprint, FileStampComesFromTheOpenedDescriptor) {
+  test::TempDir dir;
+  const std::string path = dir.file("m.gguf");
+  make_model({}).write(path);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  for (LoadMode mode : {LoadMode::Read, LoadMode::Mmap}) {
+    File f = File::open(path, mode);
+    ASSERT_TRUE(f.stamp().has_value());
+    EXPECT_EQ(f.stamp()->device, static_cast<uint64_t>(st.st_dev));
+    EXPECT_EQ(f.stamp()->inode, static_cast<uint64_t>(st.st_ino));
+    EXPECT_EQ(f.stamp()->size, static_cast<uint64_t>(st.st_size));
+    EXPECT_EQ(f.stamp()->mtime_ns, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec);
+    EXPECT_EQ(f.stamp()->ctime_ns, int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec);
+    // Replacing the path afterwards does not change what the File describes.
+    ModelSpec other;
+    other.block_count = 7;
+    make_model(other).write(path);
+    EXPECT_EQ(f.stamp()->inode, static_cast<uint64_t>(st.st_ino));
+    make_model({}).write(path);
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  }
+  EXPECT_FALSE(File::from_bytes(make_model({}).to_bytes()).stamp().has_value());
 }
 
 TEST(GgufFingerprint, CorruptCacheEntryIsIgnored) {
@@ -146,12 +269,13 @@ TEST(GgufFingerprint, CorruptCacheEntryIsIgnored) {
   const std::string path = dir.file("m.gguf");
   make_model({}).write(path);
   File f = File::open(path);
+  ThreadPool one(1);
   bool hit = false;
-  const std::string ref = model_fingerprint_cached(path, f, 1, &hit, cache);
+  const std::string ref = model_fingerprint_cached(path, f, one, &hit, cache);
   for (const auto& e : std::filesystem::directory_iterator(cache)) {
     std::ofstream(e.path(), std::ios::trunc) << "garbage\n";
   }
-  EXPECT_EQ(model_fingerprint_cached(path, f, 1, &hit, cache), ref);
+  EXPECT_EQ(model_fingerprint_cached(path, f, one, &hit, cache), ref);
   EXPECT_FALSE(hit);
 }
 
@@ -163,10 +287,11 @@ TEST(GgufFingerprint, UnwritableCacheStillComputes) {
   const std::string blocker = dir.file("blocker");
   std::ofstream(blocker) << "x";
   File f = File::open(path);
+  ThreadPool one(1);
   bool hit = true;
-  EXPECT_EQ(model_fingerprint_cached(path, f, 1, &hit, blocker + "/cache"), fp_of({}));
+  EXPECT_EQ(model_fingerprint_cached(path, f, one, &hit, blocker + "/cache"), fp_of({}));
   EXPECT_FALSE(hit);
-  EXPECT_EQ(model_fingerprint_cached(path, f, 1, &hit, blocker + "/cache"), fp_of({}));
+  EXPECT_EQ(model_fingerprint_cached(path, f, one, &hit, blocker + "/cache"), fp_of({}));
   EXPECT_FALSE(hit);
 }
 

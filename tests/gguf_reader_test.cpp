@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -14,8 +15,6 @@
 
 namespace encore::gguf {
 namespace {
-
-using test::values_equal;
 
 Value scalar(ValueType t, uint64_t u, int64_t i, double f) {
   Value v;
@@ -99,8 +98,7 @@ void check_file(const File& f, uint32_t alignment, const std::vector<std::vector
   for (const auto& [key, v] : expected) {
     const Value* got = f.find(key);
     ASSERT_NE(got, nullptr) << key;
-    EXPECT_TRUE(values_equal(*got, v))
-        << key << ": " << got->to_string() << " vs " << v.to_string();
+    EXPECT_TRUE(*got == v) << key << ": " << got->to_string() << " vs " << v.to_string();
   }
   // Insertion order is kept (general.alignment first when not the default).
   const size_t first = alignment == 32 ? 0 : 1;
@@ -185,6 +183,59 @@ TEST(GgufValue, ToString) {
   EXPECT_TRUE(Value::make_u64(1).is_integer());
   EXPECT_FALSE(Value::make_bool(true).is_integer());
   EXPECT_TRUE(Value::make_f32(1).is_float());
+}
+
+TEST(GgufValue, TypeClassesEqualityAndShapes) {
+  EXPECT_TRUE(Value::make_i32(-1).is_signed());
+  EXPECT_FALSE(Value::make_u32(1).is_signed());
+  EXPECT_FALSE(Value::make_f32(1).is_signed());
+  EXPECT_TRUE(is_integer_type(ValueType::INT8));
+  EXPECT_FALSE(is_integer_type(ValueType::BOOL));
+  EXPECT_TRUE(is_signed_type(ValueType::INT64));
+  EXPECT_FALSE(is_signed_type(ValueType::UINT64));
+
+  EXPECT_TRUE(Value::make_u32(5) == Value::make_u32(5));
+  EXPECT_FALSE(Value::make_u32(5) == Value::make_u64(5));  // type matters
+  Value stray = Value::make_u32(5);
+  stray.i = 99;  // a field of another type is ignored
+  EXPECT_TRUE(stray == Value::make_u32(5));
+  EXPECT_FALSE(Value::make_f32(0.0f) == Value::make_f32(-0.0f));  // bit patterns
+  EXPECT_TRUE(Value::make_f32(NAN) == Value::make_f32(NAN));
+  const Value a = Value::make_array(ValueType::STRING, {Value::make_string("x")});
+  EXPECT_TRUE(a == Value::make_array(ValueType::STRING, {Value::make_string("x")}));
+  EXPECT_FALSE(a == Value::make_array(ValueType::STRING, {Value::make_string("y")}));
+  EXPECT_FALSE(Value::make_array(ValueType::UINT8, {}) == Value::make_array(ValueType::INT8, {}));
+
+  EXPECT_EQ(shape_string(std::vector<uint64_t>{4096, 32000}), "[4096, 32000]");
+  EXPECT_EQ(shape_string(std::vector<uint64_t>{7}), "[7]");
+}
+
+TEST(GgufWriter, Float32ValueOutOfRangeIsRejected) {
+  Writer w;
+  for (double bad : {1e300, -1e300, 3.5e38}) {
+    Value v = Value::make_f32(0);
+    v.f = bad;
+    try {
+      w.set("x", v);
+      ADD_FAILURE() << "expected InvalidArgument for " << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_CONTAINS_ALL(e.what(), "key 'x'", "does not fit in float32");
+    }
+    EXPECT_THROW(w.set("y", Value::make_array(ValueType::FLOAT32, {v})), InvalidArgument);
+  }
+  for (double ok :
+       {3.4028234663852886e38, -1e-45, static_cast<double>(INFINITY), static_cast<double>(NAN)}) {
+    Value v = Value::make_f32(0);
+    v.f = ok;
+    EXPECT_NO_THROW(w.set("x", v)) << ok;
+  }
+  Value wide;
+  wide.type = ValueType::FLOAT64;
+  wide.f = 1e300;
+  EXPECT_NO_THROW(w.set("x", wide));
+  const File f = File::from_bytes(w.to_bytes());
+  EXPECT_EQ(f.find("y"), nullptr);  // every rejected set() left the writer unchanged
+  EXPECT_EQ(f.find("x")->f, 1e300);
 }
 
 TEST(GgufWriter, RejectsInvalidInput) {

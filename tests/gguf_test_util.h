@@ -1,5 +1,5 @@
 // Helpers for the GGUF tests: a byte builder for hand-made (often
-// malformed) images, error capture, deep value comparison, temp folders.
+// malformed) images, error capture, temp folders.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -82,30 +82,6 @@ inline std::string parse_error(const std::vector<uint8_t>& bytes,
           << "message lacks \"" << part_ << "\":\n  " << m_;                 \
     }                                                                        \
   } while (0)
-
-inline bool values_equal(const gguf::Value& a, const gguf::Value& b) {
-  if (a.type != b.type) return false;
-  switch (a.type) {
-    case gguf::ValueType::STRING:
-      return a.s == b.s;
-    case gguf::ValueType::FLOAT32:
-    case gguf::ValueType::FLOAT64:
-      return std::memcmp(&a.f, &b.f, sizeof(double)) == 0;
-    case gguf::ValueType::INT8:
-    case gguf::ValueType::INT16:
-    case gguf::ValueType::INT32:
-    case gguf::ValueType::INT64:
-      return a.i == b.i;
-    case gguf::ValueType::ARRAY:
-      if (a.elem != b.elem || a.arr.size() != b.arr.size()) return false;
-      for (size_t k = 0; k < a.arr.size(); ++k) {
-        if (!values_equal(a.arr[k], b.arr[k])) return false;
-      }
-      return true;
-    default:
-      return a.u == b.u;
-  }
-}
 
 // A fresh folder under the system temp folder, removed with its contents.
 class TempDir {

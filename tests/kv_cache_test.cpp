@@ -73,7 +73,7 @@ TEST(KvCache, ExhaustionSaysHowManyBlocksAndWhatToDo) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("KV cache full: all 3 blocks"), std::string::npos) << msg;
     EXPECT_NE(msg.find("MiB"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--kv-mem"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("raise the KV cache budget"), std::string::npos) << msg;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -402,7 +403,7 @@ TEST(Model, EvalRejectsBadArgumentsAndLeavesTheSequenceAlone) {
     e.ctx.eval(seq, some_tokens(16, s.n_vocab, 2), logits);
     FAIL();
   } catch (const InvalidArgument& err) {
-    EXPECT_STREQ(err.what(), "prompt of 16 tokens + 5 cached exceeds the context size 20 (-c)");
+    EXPECT_STREQ(err.what(), "prompt of 16 tokens + 5 cached exceeds the context size 20");
   }
   const std::vector<int32_t> bad = {3, 40};
   try {
@@ -516,6 +517,95 @@ TEST(Model, LoadErrorsNameTheFileTensorAndShapes) {
   Spec heads = s;
   heads.n_head_kv = 3;
   EXPECT_NE(load_error(Builder(heads).build()).find("not a multiple"), std::string::npos);
+}
+
+// llama.cpp scales RoPE whenever <arch>.rope.scaling.factor is present
+// (linear when the type is absent); computing without it would silently give
+// other logits, so only the unscaled cases load.
+TEST(Model, RopeScalingIsRejectedUnlessTheFactorIsOne) {
+  const auto load_with = [](auto set_keys) {
+    Builder b(Spec{});
+    set_keys(b.writer());
+    return load_error(b.build());
+  };
+  const auto f32 = [](float v) { return gguf::Value::make_f32(v); };
+  const auto str = [](const char* v) { return gguf::Value::make_string(v); };
+
+  std::string err = load_with([&](gguf::Writer& w) { w.set("llama.rope.scaling.factor", f32(2)); });
+  EXPECT_NE(err.find("synthetic.gguf: llama.rope.scaling.factor = 2: RoPE scaling is not "
+                     "supported yet"),
+            std::string::npos)
+      << err;
+  err = load_with([&](gguf::Writer& w) {
+    w.set("llama.rope.scaling.type", str("linear"));
+    w.set("llama.rope.scaling.factor", f32(4));
+  });
+  EXPECT_NE(err.find("llama.rope.scaling.factor = 4: RoPE scaling is not supported yet"),
+            std::string::npos)
+      << err;
+  err = load_with([&](gguf::Writer& w) { w.set("llama.rope.scale_linear", f32(0.5f)); });
+  EXPECT_NE(err.find("llama.rope.scale_linear = 0.5: RoPE scaling is not supported yet"),
+            std::string::npos)
+      << err;
+  err = load_with([&](gguf::Writer& w) {
+    w.set("llama.rope.scaling.type", str("yarn"));
+    w.set("llama.rope.scaling.factor", f32(1));
+  });
+  EXPECT_NE(err.find("llama.rope.scaling.type = 'yarn' is not supported yet"), std::string::npos)
+      << err;
+
+  EXPECT_EQ(load_with([&](gguf::Writer& w) {
+              w.set("llama.rope.scaling.type", str("linear"));
+              w.set("llama.rope.scaling.factor", f32(1));
+            }),
+            "<loaded>");
+  EXPECT_EQ(load_with([&](gguf::Writer& w) { w.set("llama.rope.scaling.type", str("none")); }),
+            "<loaded>");
+  EXPECT_EQ(load_with([&](gguf::Writer& w) { w.set("llama.rope.scaling.type", str("linear")); }),
+            "<loaded>");
+  EXPECT_EQ(load_with([&](gguf::Writer& w) { w.set("llama.rope.scaling.factor", f32(1)); }),
+            "<loaded>");
+  // llama.cpp reads a factor of 0 as "no scaling".
+  EXPECT_EQ(load_with([&](gguf::Writer& w) { w.set("llama.rope.scaling.factor", f32(0)); }),
+            "<loaded>");
+}
+
+// A file may declare general.alignment 1 or 2. F32 matrices are read in
+// place as floats, so misaligned ones are refused; block types are copied
+// out and work at any alignment.
+TEST(Model, MisalignedF32WeightsAreRejected) {
+  bool tested = false;
+  for (int pad = 0; pad < 4; ++pad) {
+    Builder b(Spec{});
+    b.writer().set("general.alignment", gguf::Value::make_u32(2));
+    b.writer().set("general.description", gguf::Value::make_string(std::string(pad, 'x')));
+    const Synth m = b.build();
+    const gguf::File f = gguf::File::from_bytes(m.bytes, "synthetic.gguf");
+    if (reinterpret_cast<uintptr_t>(f.tensor("token_embd.weight").data) % alignof(float) == 0) {
+      continue;  // this padding happens to align the data
+    }
+    tested = true;
+    const std::string err = load_error(m);
+    EXPECT_NE(err.find("synthetic.gguf: tensor '"), std::string::npos) << err;
+    EXPECT_NE(err.find("(F32) starts at byte"), std::string::npos) << err;
+    EXPECT_NE(err.find("not a multiple of 4 (general.alignment = 2)"), std::string::npos) << err;
+  }
+  EXPECT_TRUE(tested);
+
+  Spec q;
+  q.type = DType::Q8_0;
+  q.n_ff = 64;  // rows of w_down must be whole blocks
+  for (int pad = 0; pad < 4; ++pad) {
+    Builder b(q);
+    b.writer().set("general.alignment", gguf::Value::make_u32(1));
+    b.writer().set("general.description", gguf::Value::make_string(std::string(pad, 'x')));
+    const Synth m = b.build();
+    Engine e(m, 1, 16);
+    std::vector<float> logits(static_cast<size_t>(q.n_vocab));
+    KvSequence seq;
+    e.ctx.eval(seq, some_tokens(3, q.n_vocab, 1), logits);
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  }
 }
 
 TEST(Model, UncomputableTensorTypeIsRejected) {

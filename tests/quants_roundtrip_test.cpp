@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "encore/dtype.h"
@@ -260,6 +261,55 @@ TEST(QuantsRoundTrip, KnownLegacyBytes) {
   EXPECT_EQ(q4[2 + 0] & 0x0f, 8);
   EXPECT_EQ(q4[2 + 4] & 0x0f, 7);
   EXPECT_EQ(q4[2 + 15] >> 4, 0);  // value 31
+}
+
+// Values around 1e-39 give scales so small that 1/d overflows to inf, and
+// ggml's quantisers would cast inf or NaN (0 * inf) to an integer. Such a
+// block dequantises to (+-)0 with its quants at the zero point, so quantising
+// that result again gives the same bytes; every type stays within fp16's
+// resolution of the input.
+TEST(QuantsValidation, BlocksTooSmallForTheirScaleAreStoredAsZeros) {
+  std::vector<std::pair<std::string, std::vector<float>>> rows = {
+      {"1e-39", std::vector<float>(kRow, 1e-39f)},
+      {"-1e-39", std::vector<float>(kRow, -1e-39f)},
+      {"ramp", std::vector<float>(kRow)},
+      {"alternating", std::vector<float>(kRow)},
+  };
+  for (int64_t i = 0; i < kRow; ++i) {
+    rows[2].second[i] = static_cast<float>(i % 32) * 1e-40f;  // 0 and tiny values in a block
+    rows[3].second[i] = (i % 2 ? 1e-39f : -1e-39f) * static_cast<float>(1 + i % 3);
+  }
+  for (const auto& [name, x] : rows) {
+    for (DType t : kAllTypes) {
+      SCOPED_TRACE(name + " " + dtype_name(t));
+      std::vector<uint8_t> q;
+      ASSERT_NO_THROW(q = quant(t, x));
+      const std::vector<float> y = dequant(t, q, kRow);
+      for (int64_t i = 0; i < kRow; ++i) {
+        ASSERT_TRUE(std::isfinite(y[i])) << i;
+        ASSERT_LE(std::fabs(static_cast<double>(y[i]) - x[i]), kFp16Abs) << i;
+      }
+      const DTypeInfo& info = dtype_info(t);
+      if (info.block_elems == 1) {
+        EXPECT_EQ(quant(t, y), q);  // plain types: already on the grid
+        continue;
+      }
+      if (info.block_elems != kLegacyBlock) continue;  // K-quants: the bound above
+      // Legacy blocks: a scale of +-0 (and Q4_1/Q5_1's offset, +-0 too) and
+      // every quant at the zero point, i.e. the bytes of a block of zeros
+      // apart from the signs of those zeros.
+      const size_t halves = t == DType::Q4_1 || t == DType::Q5_1 ? 2 : 1;
+      std::vector<uint8_t> want = quant(t, std::vector<float>(kRow, 0.0f));
+      for (size_t b = 0; b < want.size(); b += info.block_bytes) {
+        for (size_t h = 0; h < halves; ++h) {
+          ASSERT_EQ(q[b + 2 * h] | (q[b + 2 * h + 1] & 0x7f) << 8, 0) << "block " << b;
+          want[b + 2 * h + 1] = q[b + 2 * h + 1];  // the sign bit
+        }
+      }
+      EXPECT_EQ(q, want);
+      for (int64_t i = 0; i < kRow; ++i) ASSERT_EQ(y[i], 0.0f) << i;
+    }
+  }
 }
 
 TEST(QuantsValidation, NonFiniteInputThrowsForBlockTypes) {

@@ -172,6 +172,29 @@ TEST(ThreadPool, ReentrantCallIsDetected) {
   }
 }
 
+TEST(ThreadPool, WorksAtTheMaximumThreadCount) {
+  // Claiming the last of kMaxThreads chunks must not carry the claim counter
+  // into the generation bits (workers would see a phantom job: chunks run
+  // twice, the caller waits forever or returns while chunks still run).
+  constexpr int kThreads = ThreadPool::kMaxThreads;
+  ThreadPool pool(kThreads);
+  const int64_t n = 3 * int64_t{kThreads} + 5;
+  for (int job = 0; job < 3; ++job) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int> calls{0};
+    pool.parallel_for(n, [&](int64_t begin, int64_t end, int thread) {
+      ASSERT_GE(thread, 0);
+      ASSERT_LT(thread, kThreads);
+      for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      calls.fetch_add(1);
+    });
+    EXPECT_EQ(calls.load(), kThreads) << "job " << job;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "job " << job << " i=" << i;
+    }
+  }
+}
+
 TEST(ThreadPool, DestroysCleanlyWhileIdleOrRightAfterAJob) {
   for (int i = 0; i < 50; ++i) {
     ThreadPool pool(3);

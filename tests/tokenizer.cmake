@@ -4,3 +4,9 @@ encore_add_test(test_tokenizer SOURCES tokenizer_test.cpp LIBS encore_tokenizer 
                 LABELS unit)
 encore_add_test(test_tokenizer_data SOURCES tokenizer_data_test.cpp
                 LIBS encore_tokenizer encore_gguf LABELS data)
+# Byte-level BPE and WordPiece: unit tests on hand-built vocabularies, data
+# tests on every BPE/WordPiece vocabulary in ../shared/testdata/vocab.
+encore_add_test(test_tokenizer_bpe_data SOURCES tokenizer_bpe_data_test.cpp
+                LIBS encore_tokenizer encore_gguf LABELS data)
+encore_add_test(test_tokenizer_bpe SOURCES tokenizer_bpe_test.cpp LIBS encore_tokenizer
+                LABELS unit)

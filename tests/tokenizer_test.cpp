@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -325,12 +326,13 @@ TEST(TokenizerEog, EosEotEomAndExtraIds) {
 
 TEST(TokenizerCreate, RejectsBadVocabs) {
   VocabBuilder b;
-  b.v.model = "gpt2";
+  b.v.model = "t5";
   try {
     b.build();
     FAIL() << "expected ModelError";
   } catch (const ModelError& e) {
-    EXPECT_STREQ(e.what(), "tokenizer model 'gpt2' is not supported yet (supported: llama)");
+    EXPECT_STREQ(e.what(),
+                 "tokenizer model 't5' is not supported yet (supported: llama, gpt2, bert)");
   }
   const auto bad = [](auto mutate) {
     VocabBuilder b;
@@ -514,6 +516,54 @@ TEST(VocabFromGguf, Errors) {
     g.w.set("tokenizer.ggml.bos_token_id", gguf::Value::make_string("1"));
     expect_error(g, "tokenizer.ggml.bos_token_id has type string");
   }
+}
+
+TEST(VocabFromGguf, Float64ScoresBeyondFloatRangeAreRejected) {
+  std::vector<gguf::Value> scores;
+  for (double x : {-1.0, -2.5, 0.0, 1e300, 0.0, 0.0}) {
+    gguf::Value v;
+    v.type = gguf::ValueType::FLOAT64;
+    v.f = x;
+    scores.push_back(v);
+  }
+  GgufVocab g;
+  g.w.set("tokenizer.ggml.scores", gguf::Value::make_array(gguf::ValueType::FLOAT64, scores));
+  expect_error(g, "tokenizer.ggml.scores has the score 1e+300 for token 3, beyond the float32");
+  scores[3].f = -3.0;  // in range: read as float
+  g.w.set("tokenizer.ggml.scores", gguf::Value::make_array(gguf::ValueType::FLOAT64, scores));
+  EXPECT_EQ(g.load().scores[1], -2.5f);
+}
+
+// Tokenizer::create's errors name the file the vocabulary came from.
+TEST(TokenizerCreate, ErrorsNameTheVocabularySource) {
+  const auto create_error = [](Vocab v) -> std::string {
+    try {
+      Tokenizer::create(std::move(v));
+    } catch (const ModelError& e) {
+      return e.what();
+    }
+    return "<created>";
+  };
+  GgufVocab g;
+  EXPECT_EQ(g.load().source, "test.gguf");
+  g.w.set("tokenizer.ggml.model", gguf::Value::make_string("no-such-model"));
+  EXPECT_EQ(create_error(g.load()).rfind("test.gguf: tokenizer model 'no-such-model' is not "
+                                         "supported yet (supported: ",
+                                         0),
+            0u)
+      << create_error(g.load());
+
+  GgufVocab bytes;  // a byte token whose text is not <0xHH> (spm.cpp)
+  bytes.w.set("tokenizer.ggml.token_type", ints({2, 3, 3, 6, 3, 4}));
+  const std::string msg = create_error(bytes.load());
+  EXPECT_EQ(msg.rfind("test.gguf: vocabulary: token 3 has type byte", 0), 0u) << msg;
+
+  VocabBuilder nan;  // validate()
+  nan.v.scores[0] = NAN;
+  nan.v.source = "hand.gguf";
+  EXPECT_EQ(create_error(nan.v), "hand.gguf: vocabulary: token 0 has a NaN score");
+  nan.v.source.clear();
+  EXPECT_EQ(create_error(nan.v), "vocabulary: token 0 has a NaN score");
 }
 
 TEST(VocabFromGguf, DefaultIdsOutsideATinyVocabAreDropped) {

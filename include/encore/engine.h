@@ -21,7 +21,7 @@ namespace encore {
 enum class FinishReason {
   Eog,      // the model produced an end-of-generation token (EOS, EOT ...)
   Length,   // n_predict tokens were generated
-  Context,  // the context window (-c) is full
+  Context,  // the context window is full
 };
 const char* finish_reason_name(FinishReason r);  // "eog", "length", "context"
 

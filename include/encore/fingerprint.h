@@ -11,7 +11,9 @@
 //
 // Cost: reads every tensor byte once (XXH3 runs at several GB/s per
 // thread; with LoadMode::Mmap the page faults usually dominate).
-// Thread-safety: the functions are reentrant; the File is only read.
+// Thread-safety: the File is only read; the functions run their work on the
+// given ThreadPool, so they must not be called concurrently with other work
+// on that pool (ThreadPool::parallel_for's rule).
 #pragma once
 
 #include <string>
@@ -21,32 +23,41 @@
 
 namespace encore {
 
-// Hashes tensors on up to `n_threads` threads (values < 1 mean 1). The
-// result does not depend on the thread count or the load mode.
-std::string model_fingerprint(const gguf::File& file, int n_threads = 1);
+class ThreadPool;
+
+// Hashes tensors on the threads of `pool`. The result does not depend on the
+// pool's size or the load mode.
+std::string model_fingerprint(const gguf::File& file, ThreadPool& pool);
 
 // As model_fingerprint, but remembers results in `cache_dir` (default:
 // fingerprint_cache_dir()), one small file per absolute model path recording
-// the path, size, mtime (ns) and fingerprint. An entry is used only if the
-// size and mtime of `path` still match. `file` must be `path` opened. If the
-// cache cannot be read or written the fingerprint is just computed. Sets
-// *from_cache (if given) to whether the cached value was used.
-std::string model_fingerprint_cached(const std::string& path, const gguf::File& file, int n_threads,
-                                     bool* from_cache = nullptr, const std::string& cache_dir = {});
+// the path, the File's stamp (device, inode, size, mtime and ctime of the
+// descriptor it was opened from, see gguf::FileStamp) and the fingerprint.
+// An entry is used only if it records exactly file.stamp(), and written only
+// if `path` still has that stamp after hashing, so a file replaced or
+// rewritten (even with the same size and mtime) is hashed again. `file` must
+// be `path` opened. If the File has no stamp or the cache cannot be read or
+// written, the fingerprint is just computed. Sets *from_cache (if given) to
+// whether the cached value was used.
+std::string model_fingerprint_cached(const std::string& path, const gguf::File& file,
+                                     ThreadPool& pool, bool* from_cache = nullptr,
+                                     const std::string& cache_dir = {});
 
 // The same, for the path the File was opened from (file.path()). A File
-// made by from_bytes has no stamp on disk, so it is always hashed.
-std::string model_fingerprint_cached(const gguf::File& file, int n_threads,
+// made by from_bytes has no stamp, so it is always hashed.
+std::string model_fingerprint_cached(const gguf::File& file, ThreadPool& pool,
                                      bool* from_cache = nullptr, const std::string& cache_dir = {});
 
 // $XDG_CACHE_HOME/encore/fingerprints, else $HOME/.cache/encore/fingerprints,
 // else "" (no cache).
 std::string fingerprint_cache_dir();
 
-// True for descriptive keys left out of the fingerprint: general.name,
-// .author, .description, .url, .license*, .source.*, .tags, .languages,
-// .file_type, .alignment and similar provenance keys. Other general.* keys
-// (general.architecture, general.quantization_version, ...) are covered.
+// True for descriptive keys left out of the fingerprint: general.author,
+// .description, .url, .license*, .source.*, .tags, .languages, .file_type,
+// .alignment and similar provenance keys. Other general.* keys
+// (general.architecture, general.quantization_version, ...) are covered, and
+// so is general.name: the tokenizer switches Phi-3's whitespace handling on
+// it, so it can change the output.
 bool fingerprint_ignores_key(std::string_view key);
 
 }  // namespace encore

@@ -17,6 +17,8 @@
 // Untrusted input: open() validates every count, length, type, shape and
 // offset against the file size before allocating or reading, and throws
 // encore::GgufError naming the file, the key or tensor, and the byte offset.
+// The parsed metadata costs at most a small multiple of the file size plus a
+// constant (array items are budgeted by file size).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,9 @@ enum class ValueType : uint32_t {
   FLOAT64 = 12,
 };
 const char* value_type_name(ValueType t);  // "uint32", "array", ...
+// Type classes, for a value's type or an array's element type.
+bool is_integer_type(ValueType t);  // any signed/unsigned integer type
+bool is_signed_type(ValueType t);   // INT8/16/32/64
 
 // One metadata value. Plain data: exactly one group of fields is meaningful,
 // chosen by `type`.
@@ -71,9 +76,15 @@ struct Value {
   static Value make_array(ValueType elem, std::vector<Value> items);
 
   bool is_integer() const;  // any signed/unsigned integer type
+  bool is_signed() const;   // INT8/16/32/64 (the payload is in `i`)
   bool is_float() const;    // FLOAT32/FLOAT64
   // Human-readable rendering (arrays abbreviated after `max_items`).
   std::string to_string(size_t max_items = 8) const;
+
+  // Same type and same meaningful payload (fields of other types are
+  // ignored); floats compare by bit pattern, so NaN equals the same NaN and
+  // -0.0 differs from 0.0, as the bytes written to a file would.
+  bool operator==(const Value& other) const;
 };
 
 struct KeyValue {
@@ -96,10 +107,29 @@ struct TensorInfo {
   std::span<const uint8_t> bytes() const { return {data, n_bytes}; }
 };
 
+// "[4096, 32000]": dims as messages and tables print them.
+std::string shape_string(std::span<const uint64_t> dims);
+
+// Identity and version of an opened file, from fstat() of its descriptor at
+// open(): two stamps are equal only for the same file (device, inode) with
+// the same size and modification and status-change times. Any write to the
+// file, or replacing it by another (rename), changes the stamp; the ctime
+// cannot be set back by utimensat, so keeping the size and mtime does not
+// hide a change.
+struct FileStamp {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
 enum class LoadMode {
   Mmap,  // map the file read-only (fast open, pages fault in on use)
   Read,  // read the whole file into ordinary memory (faster decode on VMs
-         // where page-cache pages get evicted and faulted back)
+         // where page-cache pages get evicted and faulted back); the 8-byte
+         // header is checked first, so a large non-GGUF file fails at once
 };
 
 class File {
@@ -124,6 +154,9 @@ class File {
   // exceed file_size(): ggml does not pad such files.
   uint64_t data_section_offset() const;
   LoadMode load_mode() const;
+  // fstat() of the descriptor open() read or mapped; nullopt for from_bytes,
+  // and for LoadMode::Read if the file changed while it was being read.
+  const std::optional<FileStamp>& stamp() const;
 
   const std::vector<KeyValue>& metadata() const;
   const std::vector<TensorInfo>& tensors() const;
@@ -201,8 +234,8 @@ class Writer {
     Producer producer;
   };
   uint32_t alignment_;
-  std::vector<std::pair<std::string, Value>> kv_;
-  std::vector<PendingTensor> tensors_;
+  std::vector<std::pair<std::string, Value>> kv_;  // [n_kv] (key, value) in insertion order
+  std::vector<PendingTensor> tensors_;             // [n_tensors] in insertion order
 };
 
 }  // namespace encore::gguf

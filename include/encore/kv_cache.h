@@ -44,7 +44,7 @@ struct KvLayout {
 };
 
 // Bytes of the blocks needed to hold n_tokens tokens of one sequence
-// (n_tokens rounded up to whole blocks). Use it to size a pool for -c.
+// (n_tokens rounded up to whole blocks). Use it to size a pool for a context size.
 uint64_t kv_bytes_for_tokens(const KvLayout& layout, int64_t n_tokens);
 
 class KvBlockPool {

@@ -10,6 +10,13 @@
 //
 // The file carries `encore.synthetic = true` so tools can say plainly that
 // its output is noise.
+//
+// Ownership: synth_model() keeps nothing after it returns; it borrows the
+// ThreadPool for the call. Cost: one pass over every weight, written to disk
+// as it is produced; memory is about the largest single tensor (plus the
+// vocab_from file's metadata), not the whole model. Thread-safety: the
+// functions are reentrant, but synth_model() runs its work on `pool`, so the
+// pool must not be used by anything else during the call.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,11 @@
 // Vocabularies (from GGUF tokenizer.ggml.* metadata), tokenizers and the
 // streaming detokenizer.
 //
-// Tokenizer::create() picks the implementation from Vocab::model ("llama" =
-// SentencePiece BPE with byte fallback, as llama.cpp's llm_tokenizer_spm).
-// Further models (BPE, WordPiece) are subclasses registered in the factory
-// table in src/tokenizer/tokenizer.cpp.
+// Tokenizer::create() picks the implementation from Vocab::model, through the
+// factory table in src/tokenizer/tokenizer.cpp: "llama" = SentencePiece BPE
+// with byte fallback (as llama.cpp's llm_tokenizer_spm), "gpt2" = byte-level
+// BPE with the pre-tokenizer named by Vocab::pre (as the models' Hugging Face
+// tokenizers, including the NFC some of them apply), "bert" = WordPiece.
 //
 // Ownership: a Tokenizer owns its Vocab and lookup tables (about 3x the
 // vocabulary's text size). A StreamDecoder borrows a Tokenizer, which must
@@ -12,9 +13,11 @@
 // Thread-safety: a Tokenizer is immutable after create(); every const method
 // may be called from any number of threads. A StreamDecoder is not
 // thread-safe (one per generation stream).
-// Cost: encode is O(n log n) in the text length (priority-queue merges) plus
-// one substring search per special token when splitting on special tokens;
-// token_to_piece and decode are O(output length).
+// Cost: encode is O(n log n) in the text length (priority-queue merges;
+// byte-level BPE also runs its pre-tokenizer's regexes, linear) plus one
+// substring search per special token when splitting on special tokens;
+// token_to_piece and decode are O(output length). A byte-level BPE tokenizer
+// also holds its merge table (16 bytes x 2-4 per merge).
 #pragma once
 
 #include <cstdint>
@@ -74,6 +77,10 @@ struct Vocab {
   // text marks an end of turn, as llama.cpp's EOG list).
   std::vector<TokenId> extra_eog;
 
+  // Where the vocabulary came from (vocab_from_gguf: the file's path), put
+  // in front of Tokenizer::create's error messages; "" for hand-built ones.
+  std::string source;
+
   int32_t n_vocab() const { return static_cast<int32_t>(tokens.size()); }
 };
 
@@ -99,15 +106,18 @@ class Tokenizer {
 
   // Validates `vocab` (sizes, special ids, byte tokens) and builds the
   // tokenizer for vocab.model. Throws ModelError for an inconsistent vocab or
-  // an unsupported model ("tokenizer model 'gpt2' is not supported yet
-  // (supported: llama)").
+  // an unsupported model ("<vocab.source>: tokenizer model 'x' is not
+  // supported yet (supported: ...)"; without the prefix when source is "").
   static std::unique_ptr<Tokenizer> create(Vocab vocab);
 
   virtual ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  // Text (any bytes; invalid UTF-8 and NUL are tokenized byte by byte) to ids.
+  // Text (any bytes) to ids. SPM and byte-level BPE tokenize invalid UTF-8
+  // and NUL byte by byte (BPE drops a byte its vocabulary has no token for,
+  // as Hugging Face does); WordPiece drops NUL, control characters and
+  // ill-formed UTF-8, as BERT's cleaning does.
   virtual std::vector<TokenId> encode(std::string_view text, const EncodeOptions& opt) const = 0;
 
   // Raw bytes of one token as it appears in text ("▁" -> " ", <0x0A> -> "\n").

@@ -8,6 +8,8 @@
 #include "cli/commands.h"
 #include "encore/fingerprint.h"
 #include "encore/gguf.h"
+#include "encore/thread_pool.h"
+#include "util/text.h"
 
 namespace encore::cli {
 namespace {
@@ -17,10 +19,6 @@ struct InspectArgs {
   int threads = 0;
   size_t max_items = 8;
 };
-
-std::string shape_string(const std::vector<uint64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ", "));
-}
 
 void run_inspect(const InspectArgs& a) {
   const gguf::File file = gguf::File::open(a.model, gguf::LoadMode::Mmap);
@@ -35,15 +33,18 @@ void run_inspect(const InspectArgs& a) {
     if (kv.value.type == gguf::ValueType::ARRAY) {
       type = fmt::format("{}[{}]", gguf::value_type_name(kv.value.elem), kv.value.arr.size());
     }
-    fmt::print("  {:<44} {:<14} {}\n", kv.key, type, kv.value.to_string(a.max_items));
+    // Keys and names are untrusted text: escaped so they cannot inject
+    // terminal control sequences.
+    fmt::print("  {:<44} {:<14} {}\n", util::printable(kv.key), type,
+               kv.value.to_string(a.max_items));
   }
 
   fmt::print("\ntensors:\n  {:<36} {:<6} {:<16} {:>14}\n", "name", "type", "shape", "bytes");
   uint64_t total_bytes = 0, total_params = 0;
   std::map<std::string, uint64_t> bytes_by_type;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    fmt::print("  {:<36} {:<6} {:<16} {:>14}\n", t.name, dtype_name(t.type), shape_string(t.dims),
-               t.n_bytes);
+    fmt::print("  {:<36} {:<6} {:<16} {:>14}\n", util::printable(t.name), dtype_name(t.type),
+               gguf::shape_string(t.dims), t.n_bytes);
     total_bytes += t.n_bytes;
     total_params += t.n_elements;
     bytes_by_type[dtype_name(t.type)] += t.n_bytes;
@@ -55,13 +56,14 @@ void run_inspect(const InspectArgs& a) {
     fmt::print("  {:<6} {:>14} bytes\n", type, bytes);
   }
 
+  ThreadPool pool(a.threads > 0 ? a.threads : default_threads());
   const auto start = std::chrono::steady_clock::now();
   bool from_cache = false;
-  const std::string fp = model_fingerprint_cached(file, a.threads > 0 ? a.threads : default_threads(), &from_cache);
+  const std::string fp = model_fingerprint_cached(file, pool, &from_cache);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   fmt::print("\nfingerprint: {} ({:.1f} ms, {})\n", fp, ms,
-             from_cache ? "from cache (same size and mtime)" : "hashed");
+             from_cache ? "from cache (file unchanged since it was hashed)" : "hashed");
   if (file.opt_bool("encore.synthetic").value_or(false)) {
     fmt::print("note: synthetic model with random weights (made by `encore synth`)\n");
   }

@@ -10,6 +10,8 @@ namespace encore::cli {
 void add_run_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+// `encore tokenize` and `encore detokenize`.
+void add_tokenize_commands(CLI::App& app);
 
 // Threads to use when -t is not given: every core the machine has.
 int default_threads();

@@ -1,4 +1,4 @@
-// `encore`: run, inspect and synthesise GGUF models.
+// `encore`: run, inspect and synthesise GGUF models; tokenize and detokenize.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   encore::cli::add_run_command(app);
   encore::cli::add_inspect_command(app);
   encore::cli::add_synth_command(app);
+  encore::cli::add_tokenize_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,20 +7,21 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <system_error>
 
 #include "encore/gguf.h"
 #include "gguf/internal.h"
+#include "util/text.h"
 
 namespace encore::gguf {
 namespace {
 
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+using detail::errno_text;
 
 // The bytes of a file image and how to release them.
 class Storage {
@@ -43,7 +44,7 @@ class Storage {
     void* p = nullptr;
     if (size > SIZE_MAX || ::posix_memalign(&p, 64, size ? size : 1) != 0) {
       throw GgufError(fmt::format(
-          "{}: cannot allocate {} bytes to hold the file; try LoadMode::Mmap", path, size));
+          "{}: not enough memory to read {} bytes; load it with mmap instead", path, size));
     }
     auto s = std::make_unique<Storage>();
     s->data_ = static_cast<const uint8_t*>(p);
@@ -79,8 +80,8 @@ struct FdCloser {
   ~FdCloser() { ::close(fd); }
 };
 
-void read_fully(int fd, uint8_t* dst, uint64_t size, const std::string& path) {
-  uint64_t done = 0;
+// Reads bytes [done, size) of the file into dst + done.
+void read_fully(int fd, uint8_t* dst, uint64_t done, uint64_t size, const std::string& path) {
   while (done < size) {
     const size_t chunk = std::min<uint64_t>(size - done, uint64_t{1} << 30);
     const ssize_t r = ::read(fd, dst + done, chunk);
@@ -96,37 +97,51 @@ void read_fully(int fd, uint8_t* dst, uint64_t size, const std::string& path) {
   }
 }
 
+int64_t ns_of(const struct timespec& t) { return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
+
 }  // namespace
+
+FileStamp detail::stamp_from_stat(const struct ::stat& st) {
+  FileStamp s;
+  s.device = static_cast<uint64_t>(st.st_dev);
+  s.inode = static_cast<uint64_t>(st.st_ino);
+  s.size = static_cast<uint64_t>(st.st_size);
+  s.mtime_ns = ns_of(st.st_mtim);
+  s.ctime_ns = ns_of(st.st_ctim);
+  return s;
+}
 
 struct File::Impl {
   std::string path;
   LoadMode mode = LoadMode::Read;
+  std::optional<FileStamp> stamp;
   std::unique_ptr<Storage> storage;
   detail::Parsed parsed;
 
-  static std::unique_ptr<Impl> make(std::string path, LoadMode mode,
+  static std::unique_ptr<Impl> make(std::string path, LoadMode mode, std::optional<FileStamp> stamp,
                                     std::unique_ptr<Storage> storage) {
     auto impl = std::make_unique<Impl>();
     impl->parsed = detail::parse(storage->bytes(), path);
     impl->path = std::move(path);
     impl->mode = mode;
+    impl->stamp = stamp;
     impl->storage = std::move(storage);
     return impl;
   }
 
   [[noreturn]] void missing_key(std::string_view key) const {
-    throw GgufError(fmt::format("{}: missing required key '{}'", path, detail::printable(key)));
+    throw GgufError(fmt::format("{}: missing required key '{}'", path, util::printable(key)));
   }
 
   [[noreturn]] void wrong_type(const KeyValue& kv, std::string_view expected) const {
     throw GgufError(fmt::format("{}: key '{}' (at byte {}) has type {}, expected {}", path,
-                                detail::printable(kv.key), kv.offset,
-                                value_type_name(kv.value.type), expected));
+                                util::printable(kv.key), kv.offset, value_type_name(kv.value.type),
+                                expected));
   }
 
   [[noreturn]] void out_of_range(const KeyValue& kv, std::string_view target) const {
     throw GgufError(fmt::format("{}: key '{}' (at byte {}) = {} ({}) does not fit in {}", path,
-                                detail::printable(kv.key), kv.offset, kv.value.to_string(),
+                                util::printable(kv.key), kv.offset, kv.value.to_string(),
                                 value_type_name(kv.value.type), target));
   }
 
@@ -145,9 +160,7 @@ struct File::Impl {
   uint64_t unsigned_in(const KeyValue& kv, uint64_t hi, std::string_view target) const {
     const Value& v = kv.value;
     if (!v.is_integer()) wrong_type(kv, "an integer");
-    const bool is_signed = v.type == ValueType::INT8 || v.type == ValueType::INT16 ||
-                           v.type == ValueType::INT32 || v.type == ValueType::INT64;
-    if (is_signed) {
+    if (v.is_signed()) {
       if (v.i < 0 || static_cast<uint64_t>(v.i) > hi) out_of_range(kv, target);
       return static_cast<uint64_t>(v.i);
     }
@@ -164,9 +177,7 @@ struct File::Impl {
       return static_cast<float>(v.f);
     }
     if (!v.is_integer()) wrong_type(kv, "a number");
-    const bool is_signed = v.type == ValueType::INT8 || v.type == ValueType::INT16 ||
-                           v.type == ValueType::INT32 || v.type == ValueType::INT64;
-    return is_signed ? static_cast<float>(v.i) : static_cast<float>(v.u);
+    return v.is_signed() ? static_cast<float>(v.i) : static_cast<float>(v.u);
   }
 
   bool to_bool(const KeyValue& kv) const {
@@ -189,6 +200,7 @@ File File::open(const std::string& path, LoadMode mode) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw GgufError(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
   std::unique_ptr<Storage> storage;
+  std::optional<FileStamp> stamp;
   {
     FdCloser closer{fd};
     struct stat st;
@@ -196,15 +208,30 @@ File File::open(const std::string& path, LoadMode mode) {
       throw GgufError(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
     }
     if (!S_ISREG(st.st_mode)) throw GgufError(fmt::format("{}: not a regular file", path));
-    const auto size = static_cast<uint64_t>(st.st_size);
+    // The stamp of the descriptor, not of `path`: the path may name another
+    // file by the time anyone looks at it again.
+    stamp = detail::stamp_from_stat(st);
+    const uint64_t size = stamp->size;
     if (mode == LoadMode::Mmap) {
       storage = Storage::map(fd, size, path);
     } else {
+      // Check the header before allocating and reading the whole file, so
+      // that a large file of another kind is rejected at once. Shorter
+      // files are left to the parser, which reports them as truncated.
+      uint8_t header[8];
+      const uint64_t head = std::min<uint64_t>(size, sizeof header);
+      read_fully(fd, header, 0, head, path);
+      if (head == sizeof header) detail::check_magic_and_version(header, path);
       storage = Storage::heap(size, path);
-      read_fully(fd, storage->writable(), size, path);
+      if (head > 0) std::memcpy(storage->writable(), header, head);
+      read_fully(fd, storage->writable(), head, size, path);
+      // A write while reading may have torn the image; then the stamp does
+      // not describe it and must not be used to cache anything about it.
+      struct stat after;
+      if (::fstat(fd, &after) != 0 || detail::stamp_from_stat(after) != *stamp) stamp.reset();
     }
   }  // the mapping stays valid after the descriptor is closed
-  return File(Impl::make(path, mode, std::move(storage)));
+  return File(Impl::make(path, mode, stamp, std::move(storage)));
 }
 
 File File::from_bytes(std::vector<uint8_t> bytes, std::string name) {
@@ -213,7 +240,7 @@ File File::from_bytes(std::vector<uint8_t> bytes, std::string name) {
   auto storage = Storage::heap(bytes.size(), name);
   if (!bytes.empty()) std::memcpy(storage->writable(), bytes.data(), bytes.size());
   bytes = {};
-  return File(Impl::make(std::move(name), LoadMode::Read, std::move(storage)));
+  return File(Impl::make(std::move(name), LoadMode::Read, std::nullopt, std::move(storage)));
 }
 
 const std::string& File::path() const { return impl_->path; }
@@ -222,6 +249,7 @@ uint64_t File::alignment() const { return impl_->parsed.alignment; }
 uint64_t File::file_size() const { return impl_->storage->bytes().size(); }
 uint64_t File::data_section_offset() const { return impl_->parsed.data_offset; }
 LoadMode File::load_mode() const { return impl_->mode; }
+const std::optional<FileStamp>& File::stamp() const { return impl_->stamp; }
 const std::vector<KeyValue>& File::metadata() const { return impl_->parsed.kv; }
 const std::vector<TensorInfo>& File::tensors() const { return impl_->parsed.tensors; }
 
@@ -239,7 +267,7 @@ const TensorInfo& File::tensor(std::string_view name) const {
   const TensorInfo* t = find_tensor(name);
   if (t == nullptr) {
     throw GgufError(
-        fmt::format("{}: missing required tensor '{}'", impl_->path, detail::printable(name)));
+        fmt::format("{}: missing required tensor '{}'", impl_->path, util::printable(name)));
   }
   return *t;
 }
@@ -256,10 +284,7 @@ int64_t File::get_i64(std::string_view key) const {
   const KeyValue& kv = impl_->require(key);
   const Value& v = kv.value;
   if (!v.is_integer()) impl_->wrong_type(kv, "an integer");
-  if (v.type == ValueType::INT8 || v.type == ValueType::INT16 || v.type == ValueType::INT32 ||
-      v.type == ValueType::INT64) {
-    return v.i;
-  }
+  if (v.is_signed()) return v.i;
   if (v.u > uint64_t{INT64_MAX}) impl_->out_of_range(kv, "int64");
   return static_cast<int64_t>(v.u);
 }

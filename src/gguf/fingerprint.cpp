@@ -2,7 +2,6 @@
 #include "encore/fingerprint.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -13,20 +12,20 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <random>
-#include <sstream>
-#include <thread>
+#include <optional>
 #include <vector>
 
+#include "encore/error.h"
+#include "encore/thread_pool.h"
 #include "gguf/internal.h"
 
 namespace encore {
 namespace {
 
 // Bumped whenever what is hashed changes, so old cache entries and stored
-// fingerprints never match new ones by accident.
-constexpr std::string_view kDomain = "encore-fingerprint-v1";
-constexpr std::string_view kCacheHeader = "encore-fingerprint-cache 1";
+// fingerprints never match new ones by accident (v2: general.name is hashed).
+constexpr std::string_view kDomain = "encore-fingerprint-v2";
+constexpr std::string_view kCacheHeader = "encore-fingerprint-cache 2";
 
 struct StateDeleter {
   void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
@@ -40,40 +39,33 @@ std::string hex(const XXH128_hash_t& h) {
   return out;
 }
 
-// Digests of every tensor's data, computed by a pool of short-lived threads
-// that pull tensors from a shared counter; each digest depends only on its
-// tensor, so the result is the same for any thread count.
+// Digests of every tensor's data. One chunk per thread, each pulling whole
+// tensors from a shared counter, so that a few large tensors do not leave
+// threads idle as a static split by tensor would. Each digest depends only
+// on its tensor, so the result is the same for any pool size.
 std::vector<XXH128_hash_t> hash_tensors(const std::vector<gguf::TensorInfo>& tensors,
-                                        int n_threads) {
-  std::vector<XXH128_hash_t> digests(tensors.size());
+                                        ThreadPool& pool) {
+  std::vector<XXH128_hash_t> digests(tensors.size());  // [n_tensors], digest of tensors[k].data
   std::atomic<size_t> next{0};
-  auto work = [&] {
+  const auto n_chunks =
+      static_cast<int64_t>(std::min<size_t>(static_cast<size_t>(pool.size()), tensors.size()));
+  pool.parallel_for(n_chunks, [&](int64_t, int64_t, int) {
     for (size_t k = next.fetch_add(1); k < tensors.size(); k = next.fetch_add(1)) {
       digests[k] = XXH3_128bits(tensors[k].data, tensors[k].n_bytes);
     }
-  };
-  const size_t n_workers =
-      std::min<size_t>(static_cast<size_t>(std::max(n_threads, 1)), tensors.size());
-  {
-    std::vector<std::jthread> helpers;  // joined on scope exit, also if a spawn throws
-    for (size_t k = 1; k < n_workers; ++k) helpers.emplace_back(work);
-    work();
-  }
+  });
   return digests;
 }
 
-struct FileStamp {
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-  bool operator==(const FileStamp&) const = default;
-};
+std::string stamp_line(const gguf::FileStamp& s) {
+  return fmt::format("stamp {} {} {} {} {}", s.device, s.inode, s.size, s.mtime_ns, s.ctime_ns);
+}
 
-bool stamp_of(const std::string& path, FileStamp* out) {
+// The stamp `path` has now (stat follows symlinks, as open() did).
+std::optional<gguf::FileStamp> current_stamp(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return false;
-  out->size = static_cast<uint64_t>(st.st_size);
-  out->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-  return true;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return gguf::detail::stamp_from_stat(st);
 }
 
 bool is_fingerprint(const std::string& s) {
@@ -82,61 +74,53 @@ bool is_fingerprint(const std::string& s) {
          });
 }
 
-// The cached fingerprint for `abs_path` if the entry matches `stamp`.
+// The cached fingerprint for `abs_path` if the entry records `stamp`.
 std::string read_cache_entry(const std::filesystem::path& entry, const std::string& abs_path,
-                             const FileStamp& stamp) {
+                             const gguf::FileStamp& stamp) {
   // An entry is a few hundred bytes; anything much larger is not ours.
   std::error_code ec;
   const auto size = std::filesystem::file_size(entry, ec);
   if (ec || size > 65536) return "";
   std::ifstream in(entry);
-  std::string header, path_line, size_line, mtime_line, fp_line;
-  if (!std::getline(in, header) || !std::getline(in, path_line) || !std::getline(in, size_line) ||
-      !std::getline(in, mtime_line) || !std::getline(in, fp_line)) {
+  std::string header, path_line, stamp_text, fp_line;
+  if (!std::getline(in, header) || !std::getline(in, path_line) || !std::getline(in, stamp_text) ||
+      !std::getline(in, fp_line)) {
     return "";
   }
   if (header != kCacheHeader || path_line != "path " + abs_path ||
-      size_line != fmt::format("size {}", stamp.size) ||
-      mtime_line != fmt::format("mtime_ns {}", stamp.mtime_ns) ||
-      fp_line.rfind("fingerprint ", 0) != 0) {
+      stamp_text != stamp_line(stamp) || fp_line.rfind("fingerprint ", 0) != 0) {
     return "";
   }
   std::string fp = fp_line.substr(12);
   return is_fingerprint(fp) ? fp : "";
 }
 
-// Best effort: any failure leaves the cache as it was.
+// Best effort: any failure leaves the cache as it was (the write is atomic,
+// so readers see the old entry or the new one).
 void write_cache_entry(const std::filesystem::path& entry, const std::string& abs_path,
-                       const FileStamp& stamp, const std::string& fp) {
+                       const gguf::FileStamp& stamp, const std::string& fp) {
   std::error_code ec;
   std::filesystem::create_directories(entry.parent_path(), ec);
   if (ec) return;
-  std::random_device rd;
-  const std::filesystem::path tmp = fmt::format("{}.tmp-{:08x}", entry.string(), rd());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kCacheHeader << "\npath " << abs_path << "\nsize " << stamp.size << "\nmtime_ns "
-        << stamp.mtime_ns << "\nfingerprint " << fp << "\n";
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
+  try {
+    gguf::detail::TempFile out(entry.string());
+    out.write(fmt::format("{}\npath {}\n{}\nfingerprint {}\n", kCacheHeader, abs_path,
+                          stamp_line(stamp), fp));
+    out.commit();
+  } catch (const Error&) {
   }
-  std::filesystem::rename(tmp, entry, ec);  // atomic: readers see old or new entry
-  if (ec) std::filesystem::remove(tmp, ec);
 }
 
 }  // namespace
 
 bool fingerprint_ignores_key(std::string_view key) {
   static constexpr std::string_view kExact[] = {
-      "general.name",      "general.author",     "general.description",  "general.url",
-      "general.license",   "general.tags",       "general.languages",    "general.file_type",
-      "general.alignment", "general.version",    "general.organization", "general.finetune",
-      "general.basename",  "general.size_label", "general.repo_url",     "general.doi",
-      "general.uuid",      "general.datasets",   "general.quantized_by", "general.homepage",
-      "general.title",
+      // Not general.name: vocab_from_gguf keys Phi-3's whitespace handling on it.
+      "general.author",     "general.description",  "general.url",       "general.license",
+      "general.tags",       "general.languages",    "general.file_type", "general.alignment",
+      "general.version",    "general.organization", "general.finetune",  "general.basename",
+      "general.size_label", "general.repo_url",     "general.doi",       "general.uuid",
+      "general.datasets",   "general.quantized_by", "general.homepage",  "general.title",
   };
   static constexpr std::string_view kPrefixes[] = {
       "general.license.",
@@ -154,7 +138,7 @@ bool fingerprint_ignores_key(std::string_view key) {
   return false;
 }
 
-std::string model_fingerprint(const gguf::File& file, int n_threads) {
+std::string model_fingerprint(const gguf::File& file, ThreadPool& pool) {
   std::unique_ptr<XXH3_state_t, StateDeleter> state(XXH3_createState());
   if (!state) throw std::bad_alloc();
   XXH3_128bits_reset(state.get());
@@ -178,7 +162,7 @@ std::string model_fingerprint(const gguf::File& file, int n_threads) {
   }
 
   const std::vector<gguf::TensorInfo>& tensors = file.tensors();
-  const std::vector<XXH128_hash_t> digests = hash_tensors(tensors, n_threads);
+  const std::vector<XXH128_hash_t> digests = hash_tensors(tensors, pool);  // [n_tensors]
   gguf::detail::append_u64(buf, tensors.size());
   for (size_t k = 0; k < tensors.size(); ++k) {
     const gguf::TensorInfo& t = tensors[k];
@@ -203,38 +187,38 @@ std::string fingerprint_cache_dir() {
   return "";
 }
 
-std::string model_fingerprint_cached(const std::string& path, const gguf::File& file, int n_threads,
-                                     bool* from_cache, const std::string& cache_dir) {
+std::string model_fingerprint_cached(const std::string& path, const gguf::File& file,
+                                     ThreadPool& pool, bool* from_cache,
+                                     const std::string& cache_dir) {
   if (from_cache != nullptr) *from_cache = false;
   const std::string dir = cache_dir.empty() ? fingerprint_cache_dir() : cache_dir;
+  const std::optional<gguf::FileStamp>& stamp = file.stamp();
   std::error_code ec;
   const std::string abs_path = std::filesystem::absolute(path, ec).lexically_normal().string();
-  FileStamp before;
   // Without a usable cache location, path or stamp, just compute. A newline
   // in the path would break the line-based entry format.
-  if (dir.empty() || ec || abs_path.find('\n') != std::string::npos || !stamp_of(path, &before) ||
-      before.size != file.file_size()) {
-    return model_fingerprint(file, n_threads);
+  if (dir.empty() || !stamp || ec || abs_path.find('\n') != std::string::npos) {
+    return model_fingerprint(file, pool);
   }
   const std::filesystem::path entry =
       std::filesystem::path(dir) /
       fmt::format("{:016x}.fp", XXH3_64bits(abs_path.data(), abs_path.size()));
-  std::string fp = read_cache_entry(entry, abs_path, before);
+  std::string fp = read_cache_entry(entry, abs_path, *stamp);
   if (!fp.empty()) {
     if (from_cache != nullptr) *from_cache = true;
     return fp;
   }
-  fp = model_fingerprint(file, n_threads);
-  // Store only if the file did not change while it was hashed; otherwise the
-  // entry could pair the new stamp with the old content.
-  FileStamp after;
-  if (stamp_of(path, &after) && after == before) write_cache_entry(entry, abs_path, before, fp);
+  fp = model_fingerprint(file, pool);
+  // Store only if `path` is still the file that was opened, unchanged: a
+  // mapped file written in place while it was hashed, or a `path` that names
+  // another file, must not leave an entry pairing this stamp with this value.
+  if (current_stamp(path) == stamp) write_cache_entry(entry, abs_path, *stamp, fp);
   return fp;
 }
 
-std::string model_fingerprint_cached(const gguf::File& file, int n_threads, bool* from_cache,
+std::string model_fingerprint_cached(const gguf::File& file, ThreadPool& pool, bool* from_cache,
                                      const std::string& cache_dir) {
-  return model_fingerprint_cached(file.path(), file, n_threads, from_cache, cache_dir);
+  return model_fingerprint_cached(file.path(), file, pool, from_cache, cache_dir);
 }
 
 }  // namespace encore

@@ -1,6 +1,8 @@
 // Internals shared by the GGUF reader, writer and fingerprint: format limits,
-// the canonical GGUF encoding of values, and the parsed form of a file.
-// Not part of the public API. Pure functions and plain data; thread-safe.
+// the canonical GGUF encoding of values, the parsed form of a file and the
+// atomic file write.
+// Not part of the public API. Pure functions and plain data (thread-safe),
+// except TempFile (one owner, not thread-safe).
 #pragma once
 
 #include <cstdint>
@@ -8,9 +10,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "encore/gguf.h"
+
+struct stat;
 
 namespace encore::gguf::detail {
 
@@ -22,11 +27,18 @@ inline constexpr uint64_t kMaxTensorNameBytes = 63;  // ggml keeps names in char
 inline constexpr uint64_t kMaxKeyBytes = 65535;      // the spec's limit on key length
 inline constexpr uint64_t kMaxStringBytes = uint64_t{1} << 30;
 inline constexpr uint32_t kMaxArrayDepth = 16;
-// Every parsed array element becomes a Value (~100 bytes), so a small file
-// declaring millions of one-byte elements would cost ~100x its size in
-// memory. Real files hold about a million (vocabularies of 256k tokens with
-// scores, types and merges); this cap leaves room while bounding the blow-up.
+// Every parsed array element becomes a Value (sizeof(Value), ~100 bytes) but
+// may take a single byte of the file, so without a budget a file of one-byte
+// array items would cost ~100x its size in memory (the parser already
+// guarantees at most one item per byte). Real files hold up to about a
+// million items (vocabularies of 256k tokens with scores, types and merges),
+// averaging well over 5 bytes each. So a file may have kFreeArrayElements
+// items (~100 MB of Values) plus one per kFileBytesPerArrayElement bytes of
+// its size (Values then cost at most ~12x the file size), and never more
+// than kMaxTotalArrayElements.
 inline constexpr uint64_t kMaxTotalArrayElements = uint64_t{1} << 23;
+inline constexpr uint64_t kFreeArrayElements = uint64_t{1} << 20;
+inline constexpr uint64_t kFileBytesPerArrayElement = 8;
 
 // Smallest possible encodings, used to reject impossible counts before
 // allocating anything: a KV is a non-empty key (8 + 1), a type (4) and a
@@ -51,9 +63,21 @@ inline bool align_up(uint64_t v, uint64_t align, uint64_t* out) {
   return true;
 }
 
-// Escapes control and non-ASCII bytes and shortens long names, so that
-// untrusted keys and tensor names can go into error messages.
-std::string printable(std::string_view s, size_t max_len = 96);
+// Untrusted keys and tensor names go into messages through
+// util::printable (util/text.h).
+
+// strerror-like text of an errno value, thread-safe.
+inline std::string errno_text(int err) {
+  return std::error_code(err, std::generic_category()).message();
+}
+
+// The identity and version fields of a stat() result (see FileStamp).
+FileStamp stamp_from_stat(const struct ::stat& st);
+
+// Checks the first 8 bytes of a file (magic "GGUF" and a supported version)
+// and throws GgufError, with the same message as parse(), if they are not
+// those of a GGUF file. `first8` must hold exactly 8 bytes.
+void check_magic_and_version(std::span<const uint8_t> first8, const std::string& name);
 
 // Throws InvalidArgument unless `v` can be written: integer payloads fit
 // their type, bools are 0/1, array items all have the element type, depth
@@ -81,8 +105,8 @@ struct Parsed {
   uint32_t version = 0;
   uint64_t alignment = kDefaultAlignment;
   uint64_t data_offset = 0;
-  std::vector<KeyValue> kv;
-  std::vector<TensorInfo> tensors;
+  std::vector<KeyValue> kv;                                 // [n_kv] in file order
+  std::vector<TensorInfo> tensors;                          // [n_tensors] in file order
   std::map<std::string, size_t, std::less<>> kv_index;      // key -> index in kv
   std::map<std::string, size_t, std::less<>> tensor_index;  // name -> index in tensors
 };
@@ -90,5 +114,29 @@ struct Parsed {
 // Parses and validates `image` (the whole file). `name` is the path used in
 // messages. Throws GgufError.
 Parsed parse(std::span<const uint8_t> image, const std::string& name);
+
+// A file written under a temporary name next to `dest` and renamed over it
+// by commit() after an fsync, so that `dest` always holds either its old or
+// its complete new content; the temporary file is removed unless commit()
+// succeeded. Used by the Writer and the fingerprint cache.
+// Ownership: owns the descriptor and the temporary file. Not thread-safe.
+// Throws encore::Error (naming the file and the errno text) on I/O failure.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& dest);
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile();
+
+  void write(const uint8_t* p, uint64_t n);
+  void write(std::string_view s) { write(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+  void commit();
+
+ private:
+  std::string dest_;
+  std::string tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
 
 }  // namespace encore::gguf::detail

@@ -10,12 +10,44 @@
 #include <numeric>
 
 #include "gguf/internal.h"
+#include "util/text.h"
 
 static_assert(std::endian::native == std::endian::little,
               "the GGUF reader assumes a little-endian host");
 
 namespace encore::gguf::detail {
 namespace {
+
+[[noreturn]] void fail_header(const std::string& name, std::string_view msg) {
+  throw GgufError(fmt::format("{}: {}", name, msg));
+}
+
+// The 4-byte magic at p.
+void check_magic(const uint8_t* p, const std::string& name) {
+  uint32_t magic;
+  std::memcpy(&magic, p, sizeof magic);
+  if (magic != kMagic) {
+    fail_header(name, fmt::format("not a GGUF file: expected the magic \"GGUF\" (47 47 55 46) "
+                                  "at byte 0, found {:02x} {:02x} {:02x} {:02x}",
+                                  p[0], p[1], p[2], p[3]));
+  }
+}
+
+void check_version(uint32_t version, const std::string& name) {
+  if (version == 2 || version == 3) return;
+  std::string hint;
+  if (version == 1) {
+    hint = "; version 1 files (from 2023) must be converted to a newer GGUF";
+  } else if (__builtin_bswap32(version) == 2 || __builtin_bswap32(version) == 3) {
+    hint = fmt::format(
+        "; this looks like a big-endian GGUF v{}, and only little-endian "
+        "files are supported",
+        __builtin_bswap32(version));
+  }
+  fail_header(name, fmt::format("unsupported GGUF version {} at byte 4; only versions 2 and 3 "
+                                "are supported{}",
+                                version, hint));
+}
 
 // "at least a*b bytes", computed without overflow.
 std::string at_least_bytes(uint64_t a, uint64_t b) {
@@ -27,7 +59,11 @@ std::string at_least_bytes(uint64_t a, uint64_t b) {
 class Parser {
  public:
   Parser(std::span<const uint8_t> image, const std::string& name)
-      : p_(image.data()), size_(image.size()), name_(name) {}
+      : p_(image.data()),
+        size_(image.size()),
+        name_(name),
+        max_array_elements_(std::min(kMaxTotalArrayElements,
+                                     kFreeArrayElements + size_ / kFileBytesPerArrayElement)) {}
 
   Parsed run() {
     read_header();
@@ -93,29 +129,10 @@ class Parser {
       fail(fmt::format("not a GGUF file: {} bytes long, too short for the 4-byte magic \"GGUF\"",
                        size_));
     }
-    const uint32_t magic = read<uint32_t>("magic");
-    if (magic != kMagic) {
-      fail(
-          fmt::format("not a GGUF file: expected the magic \"GGUF\" (47 47 55 46) at byte 0, "
-                      "found {:02x} {:02x} {:02x} {:02x}",
-                      p_[0], p_[1], p_[2], p_[3]));
-    }
+    check_magic(p_, name_);
+    pos_ = 4;
     const uint32_t version = read<uint32_t>("the version");
-    if (version != 2 && version != 3) {
-      std::string hint;
-      if (version == 1) {
-        hint = "; version 1 files (from 2023) must be converted to a newer GGUF";
-      } else if (__builtin_bswap32(version) == 2 || __builtin_bswap32(version) == 3) {
-        hint = fmt::format(
-            "; this looks like a big-endian GGUF v{}, and only little-endian "
-            "files are supported",
-            __builtin_bswap32(version));
-      }
-      fail(
-          fmt::format("unsupported GGUF version {} at byte 4; only versions 2 and 3 are "
-                      "supported{}",
-                      version, hint));
-    }
+    check_version(version, name_);
     out_.version = version;
     n_tensors_ = read<uint64_t>("the tensor count");
     n_kv_ = read<uint64_t>("the metadata count");
@@ -154,7 +171,7 @@ class Parser {
       fail(fmt::format("the key is {} bytes long; keys may have at most {} bytes", key.size(),
                        kMaxKeyBytes));
     }
-    ctx_ = fmt::format("key '{}' (at byte {})", printable(key), at);
+    ctx_ = fmt::format("key '{}' (at byte {})", util::printable(key), at);
     if (auto it = out_.kv_index.find(key); it != out_.kv_index.end()) {
       fail(fmt::format("duplicate key; it was first defined at byte {}",
                        out_.kv[it->second].offset));
@@ -253,11 +270,13 @@ class Parser {
           "but only {} remain (file size {}); the file is truncated or corrupt",
           at, n, value_type_name(elem), at_least_bytes(n, min_size), remaining(), size_));
     }
-    if (n > kMaxTotalArrayElements - total_array_elements_) {
-      fail(
-          fmt::format("the array at byte {} brings the metadata to more than {} array items in "
-                      "all, the limit that guards memory against malformed files",
-                      at, kMaxTotalArrayElements));
+    if (n > max_array_elements_ - total_array_elements_) {
+      fail(fmt::format(
+          "the array at byte {} brings the metadata to more than {} array items in all, the "
+          "limit for a file of {} bytes ({} plus one per {} bytes of file, at most {} array "
+          "items), which guards memory against malformed files",
+          at, max_array_elements_, size_, kFreeArrayElements, kFileBytesPerArrayElement,
+          kMaxTotalArrayElements));
     }
     total_array_elements_ += n;
     v->elem = elem;
@@ -272,9 +291,9 @@ class Parser {
     if (name.empty()) fail("empty tensor name");
     if (name.size() > kMaxTensorNameBytes) {
       fail(fmt::format("the tensor name '{}' is {} bytes long; at most {} are allowed",
-                       printable(name), name.size(), kMaxTensorNameBytes));
+                       util::printable(name), name.size(), kMaxTensorNameBytes));
     }
-    ctx_ = fmt::format("tensor '{}' (info at byte {})", printable(name), at);
+    ctx_ = fmt::format("tensor '{}' (info at byte {})", util::printable(name), at);
     if (auto it = out_.tensor_index.find(name); it != out_.tensor_index.end()) {
       fail(fmt::format("duplicate tensor name; it was first defined at byte {}",
                        out_.tensors[it->second].info_offset));
@@ -300,8 +319,8 @@ class Parser {
     }
     // ggml counts elements in int64_t.
     if (overflow || t.n_elements > uint64_t{INT64_MAX}) {
-      fail(fmt::format("dims [{}] hold more than 2^63 elements; the file is corrupt",
-                       fmt::join(t.dims, ", ")));
+      fail(fmt::format("dims {} hold more than 2^63 elements; the file is corrupt",
+                       shape_string(t.dims)));
     }
     const uint64_t type_at = pos_;
     const uint32_t raw_type = read<uint32_t>("the tensor type");
@@ -316,8 +335,8 @@ class Parser {
                       info->name, info->block_elems, t.dims[0], info->block_elems));
     }
     if (!tensor_n_bytes(t.type, t.dims, &t.n_bytes) || t.n_bytes > size_) {
-      fail(fmt::format("dims [{}] of type {} need {} bytes, more than the whole file ({} bytes)",
-                       fmt::join(t.dims, ", "), info->name,
+      fail(fmt::format("dims {} of type {} need {} bytes, more than the whole file ({} bytes)",
+                       shape_string(t.dims), info->name,
                        t.n_bytes > size_ ? fmt::format("{}", t.n_bytes) : "more than 2^64", size_));
     }
     const uint64_t offset_at = pos_;
@@ -332,7 +351,7 @@ class Parser {
   }
 
   void set_tensor_context(const TensorInfo& t) {
-    ctx_ = fmt::format("tensor '{}' (info at byte {})", printable(t.name), t.info_offset);
+    ctx_ = fmt::format("tensor '{}' (info at byte {})", util::printable(t.name), t.info_offset);
   }
 
   void place_tensor_data() {
@@ -373,7 +392,7 @@ class Parser {
         const uint64_t base = out_.data_offset;
         fail(fmt::format("data [{}, {}) overlaps the data of tensor '{}' [{}, {})",
                          base + cur.data_offset, base + cur.data_offset + cur.n_bytes,
-                         printable(prev.name), base + prev.data_offset,
+                         util::printable(prev.name), base + prev.data_offset,
                          base + prev.data_offset + prev.n_bytes));
       }
     }
@@ -386,6 +405,7 @@ class Parser {
   std::string ctx_;  // what is being read, e.g. "key 'x' (at byte 40)"; prefixes messages
   uint64_t n_kv_ = 0;
   uint64_t n_tensors_ = 0;
+  const uint64_t max_array_elements_;  // see kFreeArrayElements
   uint64_t total_array_elements_ = 0;
   Parsed out_;
 };
@@ -394,6 +414,13 @@ class Parser {
 
 Parsed parse(std::span<const uint8_t> image, const std::string& name) {
   return Parser(image, name).run();
+}
+
+void check_magic_and_version(std::span<const uint8_t> first8, const std::string& name) {
+  check_magic(first8.data(), name);
+  uint32_t version;
+  std::memcpy(&version, first8.data() + 4, sizeof version);
+  check_version(version, name);
 }
 
 }  // namespace encore::gguf::detail

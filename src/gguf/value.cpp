@@ -2,11 +2,13 @@
 // GGUF encoding shared by the writer and the fingerprint.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "encore/gguf.h"
 #include "gguf/internal.h"
+#include "util/text.h"
 
 namespace encore::gguf {
 
@@ -92,8 +94,8 @@ Value Value::make_array(ValueType elem, std::vector<Value> items) {
   return r;
 }
 
-bool Value::is_integer() const {
-  switch (type) {
+bool is_integer_type(ValueType t) {
+  switch (t) {
     case ValueType::UINT8:
     case ValueType::INT8:
     case ValueType::UINT16:
@@ -108,14 +110,38 @@ bool Value::is_integer() const {
   }
 }
 
+bool is_signed_type(ValueType t) {
+  return t == ValueType::INT8 || t == ValueType::INT16 || t == ValueType::INT32 ||
+         t == ValueType::INT64;
+}
+
+bool Value::is_integer() const { return is_integer_type(type); }
+bool Value::is_signed() const { return is_signed_type(type); }
 bool Value::is_float() const { return type == ValueType::FLOAT32 || type == ValueType::FLOAT64; }
+
+bool Value::operator==(const Value& other) const {
+  if (type != other.type) return false;
+  switch (type) {
+    case ValueType::STRING:
+      return s == other.s;
+    case ValueType::FLOAT32:
+    case ValueType::FLOAT64:
+      return std::memcmp(&f, &other.f, sizeof(double)) == 0;
+    case ValueType::ARRAY:
+      // std::vector's == compares the items with this operator.
+      return elem == other.elem && arr == other.arr;
+    default:
+      return is_signed() ? i == other.i : u == other.u;
+  }
+}
+
+std::string shape_string(std::span<const uint64_t> dims) {
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
 
 namespace {
 
-bool is_unsigned(ValueType t) {
-  return t == ValueType::UINT8 || t == ValueType::UINT16 || t == ValueType::UINT32 ||
-         t == ValueType::UINT64;
-}
+bool is_unsigned(ValueType t) { return is_integer_type(t) && !is_signed_type(t); }
 
 std::string quoted(std::string_view s) {
   std::string out = "\"";
@@ -212,28 +238,11 @@ uint64_t min_encoded_size(ValueType t) {
   return scalar_size(t);
 }
 
-std::string printable(std::string_view s, size_t max_len) {
-  std::string out;
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (out.size() >= max_len) {
-      out += fmt::format("...({} bytes)", s.size());
-      break;
-    }
-    unsigned char b = static_cast<unsigned char>(s[k]);
-    if (b < 0x20 || b >= 0x7f || b == '\'' || b == '\\') {
-      out += fmt::format("\\x{:02x}", b);
-    } else {
-      out += s[k];
-    }
-  }
-  return out;
-}
-
 namespace {
 
 void check_value_at(const Value& v, std::string_view key, uint32_t depth) {
   auto bad = [&](std::string what) {
-    throw InvalidArgument(fmt::format("gguf writer: key '{}': {}", printable(key), what));
+    throw InvalidArgument(fmt::format("gguf writer: key '{}': {}", util::printable(key), what));
   };
   uint64_t max_u = 0;
   int64_t min_i = 0, max_i = 0;
@@ -266,6 +275,12 @@ void check_value_at(const Value& v, std::string_view key, uint32_t depth) {
       min_i = INT64_MIN, max_i = INT64_MAX;
       break;
     case ValueType::FLOAT32:
+      // Converting a finite double beyond the float range is undefined
+      // behaviour; inf and NaN convert as they are.
+      if (std::isfinite(v.f) && std::fabs(v.f) > std::numeric_limits<float>::max()) {
+        bad(fmt::format("value {} does not fit in float32", v.f));
+      }
+      return;
     case ValueType::FLOAT64:
       return;
     case ValueType::STRING:
@@ -311,7 +326,7 @@ void check_key(std::string_view key) {
   if (key.empty()) throw InvalidArgument("gguf writer: empty metadata key");
   if (key.size() > kMaxKeyBytes) {
     throw InvalidArgument(fmt::format("gguf writer: key '{}' is {} bytes long; at most {} allowed",
-                                      printable(key), key.size(), kMaxKeyBytes));
+                                      util::printable(key), key.size(), kMaxKeyBytes));
   }
 }
 

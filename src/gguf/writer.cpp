@@ -1,32 +1,21 @@
 // gguf::Writer: GGUF v3 files, written atomically, tensor data streamed
 // from producers one tensor at a time.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <random>
-#include <system_error>
 
 #include "encore/gguf.h"
 #include "gguf/internal.h"
+#include "util/text.h"
 
 namespace encore::gguf {
 namespace {
 
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
-
 void check_tensor(const std::string& name, DType type, const std::vector<uint64_t>& dims,
                   uint64_t* n_bytes) {
   auto bad = [&](std::string what) {
-    throw InvalidArgument(
-        fmt::format("gguf writer: tensor '{}': {}", detail::printable(name), what));
+    throw InvalidArgument(fmt::format("gguf writer: tensor '{}': {}", util::printable(name), what));
   };
   if (name.empty()) bad("empty tensor name");
   if (name.size() > detail::kMaxTensorNameBytes) {
@@ -39,7 +28,7 @@ void check_tensor(const std::string& name, DType type, const std::vector<uint64_
     bad(fmt::format("{} dims; expected 1 to {}", dims.size(), detail::kMaxDims));
   }
   for (uint64_t d : dims) {
-    if (d == 0) bad(fmt::format("zero-sized dimension in [{}]", fmt::join(dims, ", ")));
+    if (d == 0) bad(fmt::format("zero-sized dimension in {}", shape_string(dims)));
   }
   if (dims[0] % info->block_elems != 0) {
     bad(fmt::format("row length dims[0] = {} is not a multiple of the {} block size {}", dims[0],
@@ -48,73 +37,13 @@ void check_tensor(const std::string& name, DType type, const std::vector<uint64_
   uint64_t n_elements = 1;
   for (uint64_t d : dims) {
     if (__builtin_mul_overflow(n_elements, d, &n_elements) || n_elements > uint64_t{INT64_MAX}) {
-      bad(fmt::format("dims [{}] hold more than 2^63 elements", fmt::join(dims, ", ")));
+      bad(fmt::format("dims {} hold more than 2^63 elements", shape_string(dims)));
     }
   }
   if (!detail::tensor_n_bytes(type, dims, n_bytes)) {
-    bad(fmt::format("size of dims [{}] overflows", fmt::join(dims, ", ")));
+    bad(fmt::format("size of dims {} overflows", shape_string(dims)));
   }
 }
-
-// A file descriptor opened for writing a temporary file, removed unless
-// commit() renamed it over the destination.
-class TempFile {
- public:
-  explicit TempFile(const std::string& dest) : dest_(dest) {
-    std::random_device rd;
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      tmp_ = fmt::format("{}.tmp-{:08x}{:08x}", dest, rd(), rd());
-      // 0666 so the process umask applies, as for any newly created file.
-      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ >= 0 || errno != EEXIST) break;
-    }
-    if (fd_ < 0) {
-      throw Error(fmt::format("{}: cannot create the temporary file {}: {}", dest, tmp_,
-                              errno_text(errno)));
-    }
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-
-  void write(const uint8_t* p, uint64_t n) {
-    while (n > 0) {
-      const size_t chunk = std::min<uint64_t>(n, uint64_t{1} << 30);
-      const ssize_t w = ::write(fd_, p, chunk);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw Error(fmt::format("{}: write failed: {}", tmp_, errno_text(errno)));
-      }
-      p += w;
-      n -= static_cast<uint64_t>(w);
-    }
-  }
-
-  void commit() {
-    // fsync before rename: otherwise a crash can leave `dest` renamed but empty.
-    if (::fsync(fd_) != 0) {
-      throw Error(fmt::format("{}: fsync failed: {}", tmp_, errno_text(errno)));
-    }
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) {
-      throw Error(fmt::format("{}: close failed: {}", tmp_, errno_text(errno)));
-    }
-    if (::rename(tmp_.c_str(), dest_.c_str()) != 0) {
-      throw Error(fmt::format("{}: cannot rename {} to it: {}", dest_, tmp_, errno_text(errno)));
-    }
-    committed_ = true;
-  }
-
- private:
-  std::string dest_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 }  // namespace
 
@@ -156,8 +85,8 @@ void Writer::add_tensor(std::string name, DType type, std::vector<uint64_t> dims
   check_tensor(name, type, dims, &n_bytes);
   if (data.size() != n_bytes) {
     throw InvalidArgument(fmt::format(
-        "gguf writer: tensor '{}': {} bytes of data given, but {} [{}] needs {}",
-        detail::printable(name), data.size(), dtype_name(type), fmt::join(dims, ", "), n_bytes));
+        "gguf writer: tensor '{}': {} bytes of data given, but {} {} needs {}",
+        util::printable(name), data.size(), dtype_name(type), shape_string(dims), n_bytes));
   }
   Producer none;
   add_tensor(std::move(name), type, std::move(dims), none);
@@ -171,7 +100,7 @@ void Writer::add_tensor(std::string name, DType type, std::vector<uint64_t> dims
   for (const PendingTensor& t : tensors_) {
     if (t.name == name) {
       throw InvalidArgument(
-          fmt::format("gguf writer: duplicate tensor name '{}'", detail::printable(name)));
+          fmt::format("gguf writer: duplicate tensor name '{}'", util::printable(name)));
     }
   }
   tensors_.push_back({std::move(name), type, std::move(dims), n_bytes, {}, std::move(producer)});
@@ -225,7 +154,7 @@ void Writer::write(const std::string& path) const {
   std::vector<uint8_t> buffer(max_produced);  // reused by every producer
   const std::vector<uint8_t> zeros(alignment_, 0);
 
-  TempFile file(path);
+  detail::TempFile file(path);
   file.write(header.data(), header.size());
   uint64_t pos = 0;  // within the data section
   for (size_t k = 0; k < tensors_.size(); ++k) {

@@ -2,7 +2,9 @@
 // they define the numbers the SIMD kernels are tested against.
 #include "kernels/ops.h"
 
+#include <cassert>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "encore/thread_pool.h"
@@ -23,6 +25,9 @@ void get_row(const WeightView& w, int64_t row, float* out) {
 void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool) {
   const int64_t rows = w.rows;
   const int64_t cols = w.cols;
+  // F32 rows are read in place; the model loader rejects F32 weights that are
+  // not float-aligned (a file may declare an alignment of 1 or 2).
+  assert(w.type != DType::F32 || reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0);
   auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
     // F32 rows are used in place; other types are dequantised one row at a
     // time into this chunk's scratch, so each row is decoded once per call

@@ -30,7 +30,10 @@ inline constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
 // A borrowed 2-D weight matrix stored row-major in any dequantisable dtype:
 // `rows` rows of `cols` values each, row r starting at data + r * row_bytes.
-// In GGUF terms cols = dims[0] and rows = dims[1].
+// In GGUF terms cols = dims[0] and rows = dims[1]. F32 data is read in place
+// as floats, so it must be aligned to alignof(float) (asserted; the model
+// loader checks it for weights from files); other types are copied out
+// block by block and may sit at any address.
 struct WeightView {
   DType type = DType::F32;
   const uint8_t* data = nullptr;  // [rows, row_bytes]

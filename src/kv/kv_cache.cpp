@@ -57,7 +57,7 @@ KvBlockPool::KvBlockPool(const KvLayout& layout, uint64_t budget_bytes) : layout
     throw InvalidArgument(fmt::format(
         "KV cache budget of {} bytes ({:.2f} MiB) cannot hold one block of {} tokens "
         "({} bytes: {} layers x K+V x {} tokens x {} KV heads x {} dims x {} bytes); "
-        "raise --kv-mem",
+        "raise the KV cache budget",
         budget_bytes, mib(budget_bytes), layout.block_tokens, block_bytes_, layout.n_layer,
         layout.block_tokens, layout.n_kv_heads, layout.head_dim, elem_bytes(layout.elem_type)));
   }
@@ -69,7 +69,8 @@ KvBlockPool::KvBlockPool(const KvLayout& layout, uint64_t budget_bytes) : layout
     data_.reset(static_cast<uint8_t*>(::operator new[](total, kAlign)));
   } catch (const std::bad_alloc&) {
     throw ResourceExhausted(fmt::format(
-        "could not allocate {:.1f} MiB for the KV cache ({} blocks); lower --kv-mem or -c",
+        "could not allocate {:.1f} MiB for the KV cache ({} blocks); lower the KV cache budget "
+        "or the context size",
         mib(total), n_blocks_));
   }
   refcounts_.assign(static_cast<size_t>(n_blocks_), 0);
@@ -90,7 +91,8 @@ void KvBlockPool::check_id(int32_t block, const char* what) const {
 int32_t KvBlockPool::allocate() {
   if (free_.empty()) {
     throw ResourceExhausted(
-        fmt::format("KV cache full: all {} blocks ({:.1f} MiB) in use; raise --kv-mem or lower -c",
+        fmt::format("KV cache full: all {} blocks ({:.1f} MiB) in use; raise the KV cache budget "
+                    "or lower the context size",
                     n_blocks_, mib(static_cast<uint64_t>(n_blocks_) * block_bytes_)));
   }
   const int32_t b = free_.back();

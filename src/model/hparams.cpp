@@ -2,11 +2,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
 
 #include "encore/error.h"
 #include "kernels/quants.h"
 #include "model/loader.h"
+#include "util/text.h"
 
 namespace encore::model_detail {
 namespace {
@@ -37,14 +39,6 @@ std::optional<int> optional_int(const gguf::File& file, const std::string& key, 
   const std::optional<uint32_t> v = file.opt_u32(key);
   if (!v) return std::nullopt;
   return checked(file, key, *v, lo, hi);
-}
-
-std::string shape_str(const std::vector<uint64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ", "));
-}
-
-std::string shape_str(const std::vector<int64_t>& dims) {
-  return fmt::format("[{}]", fmt::join(dims, ", "));
 }
 
 }  // namespace
@@ -105,15 +99,21 @@ HParams read_common_hparams(const gguf::File& file, const std::string& arch) {
         fmt::format("{}: {}rope.freq_base = {} must be > 0", file.path(), p, hp.rope_freq_base));
   }
   // RoPE scaling changes every angle; computing without it would silently
-  // give other logits than the model was trained for.
+  // give other logits than the model was trained for. llama.cpp scales by
+  // <arch>.rope.scaling.factor whenever it is present, with the type "linear"
+  // when the type key is absent; a factor of 0 means no scaling there.
   const std::optional<std::string> scaling = file.opt_string(p + "rope.scaling.type");
-  if (scaling && *scaling != "none") {
+  if (scaling && *scaling != "none" && *scaling != "linear") {
     throw ModelError(fmt::format("{}: {}rope.scaling.type = '{}' is not supported yet", file.path(),
-                                 p, *scaling));
+                                 p, util::printable(*scaling)));
   }
-  if (const std::optional<float> f = file.opt_f32(p + "rope.scale_linear"); f && *f != 1.0f) {
-    throw ModelError(
-        fmt::format("{}: {}rope.scale_linear = {} is not supported yet", file.path(), p, *f));
+  for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
+    const std::optional<float> f = file.opt_f32(p + key);
+    if (f && *f != 1.0f && *f != 0.0f) {
+      throw ModelError(fmt::format(
+          "{}: {}{} = {}: RoPE scaling is not supported yet (only a factor of 1 is accepted)",
+          file.path(), p, key, *f));
+    }
   }
 
   // Vocabulary size: explicit key, else the tokenizer's token list, else the
@@ -147,8 +147,10 @@ void TensorReader::check_shape(const gguf::TensorInfo& t, const std::vector<int6
     ok = static_cast<int64_t>(t.dims[i]) == expected[i];
   }
   if (!ok) {
+    const std::vector<uint64_t> want(expected.begin(), expected.end());  // all >= 1
     throw ModelError(fmt::format("{}: tensor '{}' has shape {}, expected {} = {}", file_.path(),
-                                 t.name, shape_str(t.dims), what, shape_str(expected)));
+                                 t.name, gguf::shape_string(t.dims), what,
+                                 gguf::shape_string(want)));
   }
 }
 
@@ -171,6 +173,15 @@ kernels::WeightView TensorReader::matrix(const std::string& name, int64_t cols, 
   const gguf::TensorInfo& t = find(name);
   check_shape(t, {cols, rows}, what);
   check_type(t);
+  // F32 matrices are read in place as floats (the other types are copied out
+  // block by block), and a file may declare general.alignment 1 or 2.
+  if (t.type == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
+    throw ModelError(fmt::format(
+        "{}: tensor '{}' (F32) starts at byte {}, which is not a multiple of 4 "
+        "(general.alignment = {}); F32 weights must be 4-byte aligned: rewrite the file with "
+        "the default alignment of 32",
+        file_.path(), t.name, file_.data_section_offset() + t.data_offset, file_.alignment()));
+  }
   used_.insert(name);
   kernels::WeightView w;
   w.type = t.type;
@@ -203,7 +214,7 @@ void TensorReader::check_all_used(const std::string& arch) const {
       throw ModelError(fmt::format(
           "{}: tensor '{}' is not part of the '{}' architecture as Encore implements it "
           "(an unsupported variant of the model?)",
-          file_.path(), t.name, arch));
+          file_.path(), util::printable(t.name), arch));
     }
   }
 }

@@ -1,6 +1,13 @@
 // Shared helpers for reading hyper-parameters and tensors of any
 // architecture (internal to src/model). Every failure is a ModelError or
 // GgufError that names the file and the key or tensor.
+//
+// Ownership: a TensorReader borrows the gguf::File (which must outlive it
+// and every WeightView it hands out: they point into the File's data) and
+// owns only the set of names used so far. Cost: lookups and checks are
+// O(log n_tensors); vector() copies and converts n floats; matrix() copies
+// nothing. Thread-safety: read_common_hparams is reentrant; a TensorReader
+// is used by one thread (it records names as they are asked for).
 #pragma once
 
 #include <memory>

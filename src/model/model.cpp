@@ -52,7 +52,7 @@ ForwardContext::ForwardContext(const Model& model, KvBlockPool& pool, ThreadPool
     : model_(model), pool_(pool), threads_(threads), n_ctx_(n_ctx) {
   const HParams& hp = model.hparams();
   if (n_ctx < 1) {
-    throw InvalidArgument(fmt::format("context size {} (-c) must be at least 1", n_ctx));
+    throw InvalidArgument(fmt::format("context size {} must be at least 1", n_ctx));
   }
   const KvLayout& l = pool.layout();
   if (l.n_layer != hp.n_layer || l.n_kv_heads != hp.n_head_kv || l.head_dim != hp.head_dim ||
@@ -83,9 +83,8 @@ void ForwardContext::eval(KvSequence& seq, std::span<const int32_t> tokens,
   const int64_t total = static_cast<int64_t>(seq.n_tokens) + static_cast<int64_t>(tokens.size());
   if (total > n_ctx_) {
     throw InvalidArgument(
-        fmt::format("prompt of {} token{} + {} cached exceeds the context size "
-                    "{} (-c)",
-                    tokens.size(), tokens.size() == 1 ? "" : "s", seq.n_tokens, n_ctx_));
+        fmt::format("prompt of {} token{} + {} cached exceeds the context size {}", tokens.size(),
+                    tokens.size() == 1 ? "" : "s", seq.n_tokens, n_ctx_));
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= hp.n_vocab) {

@@ -1,4 +1,8 @@
 // The built-in byte-level SentencePiece vocabulary of synthetic models.
+//
+// Ownership: returns plain values the caller owns. Cost: O(n_vocab) time and
+// memory (a few bytes of text and one gguf::Value per token and array).
+// Thread-safety: a pure function.
 #pragma once
 
 #include <string>

@@ -9,11 +9,28 @@
 #include <string_view>
 
 #include "encore/tokenizer.h"
+#include "util/text.h"
 
 namespace encore::tokenizer_detail {
 
 // One factory per Vocab::model; `vocab` has passed Tokenizer::create's checks.
 std::unique_ptr<Tokenizer> make_spm(Vocab vocab);  // "llama"
+std::unique_ptr<Tokenizer> make_bpe(Vocab vocab);  // "gpt2" (byte-level BPE, bpe.cpp)
+std::unique_ptr<Tokenizer> make_wpm(Vocab vocab);  // "bert" (WordPiece, wpm.cpp)
+
+// GPT-2's byte-level alphabet, in which byte-level BPE vocabularies spell
+// their tokens: bytes 21..7E, A1..AC and AE..FF stand for the character of
+// the same code point, the 68 others for U+0100.. in byte order (space 20 ->
+// U+0120 'Ġ', newline 0A -> U+010A 'Ċ').
+uint32_t byte_to_symbol(uint8_t b);
+// The byte that code point `cp` stands for, or -1 if it is not in the
+// alphabet.
+int symbol_to_byte(uint32_t cp);
+// `bytes` spelled in the alphabet (UTF-8).
+std::string bytes_to_symbols(std::string_view bytes);
+// The bytes a token text spelled in the alphabet stands for. Characters
+// outside the alphabet, and ill-formed UTF-8, are copied as they are.
+std::string symbols_to_bytes(std::string_view text);
 
 // The U+2581 LOWER ONE EIGHTH BLOCK that SentencePiece writes for a space.
 inline constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";
@@ -31,8 +48,7 @@ struct Utf8Seq {
 };
 Utf8Seq scan_utf8(std::string_view s, size_t i);
 
-// `s` with control and non-ASCII bytes escaped (\xNN) and cut after max_len
-// bytes, for untrusted token texts in error messages.
-std::string printable(std::string_view s, size_t max_len = 64);
+// Untrusted token texts go into error messages through util::printable.
+using util::printable;
 
 }  // namespace encore::tokenizer_detail

@@ -31,6 +31,8 @@ struct ModelEntry {
 // One row per supported tokenizer.ggml.model; new tokenizers add a row.
 constexpr ModelEntry kModels[] = {
     {"llama", &tokenizer_detail::make_spm},
+    {"gpt2", &tokenizer_detail::make_bpe},
+    {"bert", &tokenizer_detail::make_wpm},
 };
 
 // The characters C's isspace() accepts in the "C" locale, which llama.cpp
@@ -93,9 +95,8 @@ void validate(const Vocab& v) {
   }
 }
 
-}  // namespace
-
-std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
+// Tokenizer::create, without the vocabulary's source in its messages.
+std::unique_ptr<Tokenizer> create_from(Vocab vocab) {
   validate(vocab);
   for (const ModelEntry& m : kModels) {
     if (vocab.model == m.name) return m.make(std::move(vocab));
@@ -107,6 +108,20 @@ std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
   }
   throw ModelError(fmt::format("tokenizer model '{}' is not supported yet (supported: {})",
                                tokenizer_detail::printable(vocab.model), supported));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
+  // One place names the file for every check, in validate() and in each
+  // model's constructor alike.
+  const std::string source = vocab.source;
+  try {
+    return create_from(std::move(vocab));
+  } catch (const ModelError& e) {
+    if (source.empty()) throw;
+    throw ModelError(fmt::format("{}: {}", source, e.what()));
+  }
 }
 
 Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {
@@ -301,20 +316,6 @@ Utf8Seq scan_utf8(std::string_view s, size_t i) {
     if (b < l || b > h) return {Utf8Kind::Invalid, k};
   }
   return {Utf8Kind::Complete, need + 1};
-}
-
-std::string printable(std::string_view s, size_t max_len) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max_len; ++i) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    if (c < 0x20 || c >= 0x7F || c == '\\') {
-      out += fmt::format("\\x{:02X}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > max_len) out += "...";
-  return out;
 }
 
 }  // namespace tokenizer_detail

@@ -37,11 +37,6 @@ constexpr std::string_view kEotTexts[] = {
 };
 constexpr std::string_view kEomText = "<|eom_id|>";
 
-bool is_signed(ValueType t) {
-  return t == ValueType::INT8 || t == ValueType::INT16 || t == ValueType::INT32 ||
-         t == ValueType::INT64;
-}
-
 class Reader {
  public:
   explicit Reader(const gguf::File& f) : f_(f) {}
@@ -77,15 +72,14 @@ class Reader {
       throw error(key, fmt::format("has type {}, expected an integer token id",
                                    gguf::value_type_name(v->type)));
     }
-    const bool in_range =
-        is_signed(v->type) ? v->i >= 0 && v->i < n : v->u < static_cast<uint64_t>(n);
+    const bool in_range = v->is_signed() ? v->i >= 0 && v->i < n : v->u < static_cast<uint64_t>(n);
     if (!in_range) {
       throw error(
-          key, fmt::format("= {} is outside the vocabulary of {} tokens [0, {})",
-                           is_signed(v->type) ? fmt::format("{}", v->i) : fmt::format("{}", v->u),
-                           n, n));
+          key,
+          fmt::format("= {} is outside the vocabulary of {} tokens [0, {})",
+                      v->is_signed() ? fmt::format("{}", v->i) : fmt::format("{}", v->u), n, n));
     }
-    *id = static_cast<TokenId>(is_signed(v->type) ? v->i : static_cast<int64_t>(v->u));
+    *id = static_cast<TokenId>(v->is_signed() ? v->i : static_cast<int64_t>(v->u));
     return true;
   }
 
@@ -97,13 +91,9 @@ class Reader {
 bool is_score_type(ValueType t) {
   return t == ValueType::FLOAT32 || t == ValueType::FLOAT64 || t == ValueType::INT32;
 }
-bool is_int_type(ValueType t) {
-  return is_signed(t) || t == ValueType::UINT8 || t == ValueType::UINT16 ||
-         t == ValueType::UINT32 || t == ValueType::UINT64;
-}
 
 TokenType type_from_gguf(const Value& e) {
-  const int64_t raw = is_signed(e.type) ? e.i : static_cast<int64_t>(std::min<uint64_t>(e.u, 1000));
+  const int64_t raw = e.is_signed() ? e.i : static_cast<int64_t>(std::min<uint64_t>(e.u, 1000));
   // Unknown codes are Undefined (never rendered), as llama.cpp treats them.
   if (raw < 0 || raw > static_cast<int64_t>(TokenType::Byte)) return TokenType::Undefined;
   return static_cast<TokenType>(raw);
@@ -122,6 +112,7 @@ TokenId last_with_text(const Vocab& v, std::string_view t) {
 Vocab vocab_from_gguf(const gguf::File& f) {
   const Reader r(f);
   Vocab v;
+  v.source = f.path();
 
   const Value* model = f.find("tokenizer.ggml.model");
   if (model == nullptr) {
@@ -159,6 +150,14 @@ Vocab vocab_from_gguf(const gguf::File& f) {
   if (const Value* s = r.array("tokenizer.ggml.scores", n, is_score_type, "float32")) {
     v.scores.reserve(n);
     for (const Value& e : s->arr) {
+      // A finite float64 beyond the float range would convert with undefined
+      // behaviour (float32 values always fit).
+      if (e.type == ValueType::FLOAT64 && std::isfinite(e.f) &&
+          std::fabs(e.f) > std::numeric_limits<float>::max()) {
+        throw r.error("tokenizer.ggml.scores",
+                      fmt::format("has the score {} for token {}, beyond the float32 range", e.f,
+                                  v.scores.size()));
+      }
       v.scores.push_back(e.type == ValueType::INT32 ? static_cast<float>(e.i)
                                                     : static_cast<float>(e.f));
       if (std::isnan(v.scores.back())) {
@@ -167,7 +166,7 @@ Vocab vocab_from_gguf(const gguf::File& f) {
       }
     }
   }
-  if (const Value* t = r.array("tokenizer.ggml.token_type", n, is_int_type, "int32")) {
+  if (const Value* t = r.array("tokenizer.ggml.token_type", n, gguf::is_integer_type, "int32")) {
     v.types.reserve(n);
     for (const Value& e : t->arr) v.types.push_back(type_from_gguf(e));
   } else {
@@ -195,7 +194,9 @@ Vocab vocab_from_gguf(const gguf::File& f) {
     v.sep = default_id(102);
     v.pad = default_id(0);
     v.add_bos = true;
-    v.add_space_prefix = false;
+    // Word-initial WordPiece tokens are spelled "▁piece" in GGUF (llama.cpp's
+    // phantom space), which acts like SPM's dummy prefix when decoding.
+    v.add_space_prefix = true;
   } else {
     v.add_bos = false;
     v.add_space_prefix = false;

@@ -18,9 +18,13 @@
 namespace encore {
 namespace {
 
-constexpr int kChunkBits = 12;  // 2^12 = kMaxThreads chunks per job
+// The chunk counter runs from 0 to n_threads inclusive: claiming the last
+// chunk leaves it at n_threads, "none left". That value must still fit below
+// the generation bits, or the final claim would carry into the generation
+// and look like a new job to the workers.
+constexpr int kChunkBits = 13;
 constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
-static_assert((1 << kChunkBits) >= ThreadPool::kMaxThreads);
+static_assert((uint64_t{1} << kChunkBits) > ThreadPool::kMaxThreads);
 
 // Spin iterations before blocking. Short on purpose: the machine may be
 // shared, and a sleeping worker only costs one wake-up per job.

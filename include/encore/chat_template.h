@@ -1,0 +1,91 @@
+// Chat templates: turning a list of messages into the prompt text a
+// chat-tuned model was trained on.
+//
+// GGUF files carry the Hugging Face Jinja template as tokenizer.chat_template.
+// Encore has no Jinja interpreter: detect_chat_template() recognises the
+// family from marker substrings of the template text (in the order
+// llama.cpp's built-in detection uses, so that e.g. a ChatML template that
+// mentions "[INST]" in a comment is still ChatML), and render_chat() writes
+// that family's format in C++. Templates of other families are rejected with
+// an error that names --chat-template.
+//
+// BOS: the rendered text never starts with the BOS text. Encode it with
+// EncodeOptions::add_bos = vocab.add_bos, so the tokenizer adds the single
+// BOS the model expects (as llama.cpp does); the templates' leading
+// `{{ bos_token }}` is thereby honoured without a double BOS. BOS/EOS *inside*
+// the conversation (Llama 2's "</s><s>[INST]" between turns) is written as the
+// vocabulary's token text, so the prompt must be encoded with
+// parse_special = true.
+//
+// Ownership: plain values; nothing is retained. Cost: O(total message size).
+// Thread-safety: all functions are pure and may be called concurrently.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "encore/tokenizer.h"
+
+namespace encore {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" (some families accept others, e.g. "tool")
+  std::string content;
+};
+
+// The supported chat formats. Names (chat_template_name) are llama.cpp's
+// --chat-template names where llama.cpp has the same format.
+enum class ChatTemplate {
+  ChatML,           // "chatml": <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, Yi, Hermes)
+  Phi4,             // "phi4": <|im_start|>role<|im_sep|>...<|im_end|>
+  Llama2,           // "llama2": Meta Llama-2-chat, [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST]
+  Llama3,           // "llama3": <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  MistralV1,        // "mistral-v1": " [INST] ... [/INST] ...</s>" (Mistral-7B-Instruct v0.1/v0.2)
+  MistralV3,        // "mistral-v3": "[INST] ...[/INST] ...</s>" (Mistral v0.3, Mixtral 8x22B)
+  MistralV3Tekken,  // "mistral-v3-tekken": "[INST]...[/INST]...</s>" (Mistral Nemo)
+  MistralV7,  // "mistral-v7": [SYSTEM_PROMPT] ...[/SYSTEM_PROMPT][INST] ...[/INST] (Large 2411)
+  MistralV7Tekken,  // "mistral-v7-tekken": as v7 without the spaces (Mistral Small 3)
+  Phi3,             // "phi3": <|user|>\n...<|end|>\n<|assistant|>\n
+  Gemma,            // "gemma": <start_of_turn>user\n...<end_of_turn>\n, role "model"
+  DeepSeek,         // "deepseek": DeepSeek-Coder-Instruct, ### Instruction:\n ### Response:\n
+  DeepSeek2,        // "deepseek2": DeepSeek-LLM-Chat and V2, "User: ...\n\nAssistant:"
+  DeepSeek3,        // "deepseek3": DeepSeek-V3/R1, <｜User｜>...<｜Assistant｜>
+};
+
+// Every family, in the order names are listed in messages.
+std::span<const ChatTemplate> all_chat_templates();
+
+// The --chat-template name ("chatml", "llama3", ...).
+std::string_view chat_template_name(ChatTemplate t);
+
+// "chatml, phi4, llama2, ...": for error and help messages.
+std::string chat_template_names();
+
+// The family named `name` (exactly as chat_template_name spells it). Throws
+// InvalidArgument listing the valid names.
+ChatTemplate chat_template_from_name(std::string_view name);
+
+// The family of a Jinja template text (tokenizer.chat_template), by marker
+// substrings; a text that is itself a family name is that family. Throws
+// InvalidArgument for an empty or unrecognised template (and for families
+// llama.cpp knows but Encore does not render, e.g. Command-R), saying to
+// pass --chat-template NAME and listing the names.
+ChatTemplate detect_chat_template(std::string_view template_text);
+
+// Renders `messages` in family `t`. add_generation_prompt appends the opening
+// of an assistant turn for families that have one (ChatML's
+// "<|im_start|>assistant\n"); the [INST] families end a user turn with
+// "[/INST]", which already is that prompt. The result has no leading BOS (see
+// the file comment); `vocab` supplies the BOS/EOS texts used inside the
+// conversation (a family's usual "<s>"/"</s>" when the vocabulary has none).
+// Throws InvalidArgument for an empty role, a role the family cannot express
+// (e.g. "tool" in Llama 2), a system message that is not the first message in
+// a family whose format only has room for one at the start, or a system
+// message with no following turn to carry it (Llama 2, Mistral v1/v3, Gemma
+// join it to a turn; it would vanish).
+std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
+                        bool add_generation_prompt, const Vocab& vocab);
+
+}  // namespace encore

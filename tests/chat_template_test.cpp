@@ -1,0 +1,403 @@
+// Chat templates: rendering per family against expected strings, detection
+// from real-world Jinja template texts, and the errors.
+//
+// The expected strings were checked by rendering each family's official
+// Hugging Face template with Python's jinja2 (trim_blocks and lstrip_blocks,
+// as transformers does) for the same conversation, bos_token dropped from the
+// front (the tokenizer adds it; see chat_template.h) and kept inside.
+#include "encore/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "encore/error.h"
+
+namespace encore {
+namespace {
+
+// A system message, a user turn, an answer with whitespace around it (which
+// some families trim), and a second user turn.
+const std::vector<ChatMessage> kConversation = {
+    {"system", "You are terse."},
+    {"user", "Hi!"},
+    {"assistant", "  Hello.  "},
+    {"user", "How are you?"},
+};
+
+// SentencePiece-style special tokens, as in Llama 2 and Mistral vocabularies.
+Vocab spm_specials() {
+  Vocab v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.unk = 0;
+  v.bos = 1;
+  v.eos = 2;
+  return v;
+}
+
+std::string render(ChatTemplate t, const std::vector<ChatMessage>& msgs = kConversation,
+                   bool gen = true) {
+  return render_chat(t, msgs, gen, spm_specials());
+}
+
+TEST(ChatRender, ChatML) {
+  EXPECT_EQ(render(ChatTemplate::ChatML),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n"
+            "<|im_start|>user\nHi!<|im_end|>\n"
+            "<|im_start|>assistant\n  Hello.  <|im_end|>\n"
+            "<|im_start|>user\nHow are you?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatRender, Phi4) {
+  EXPECT_EQ(render(ChatTemplate::Phi4),
+            "<|im_start|>system<|im_sep|>You are terse.<|im_end|>"
+            "<|im_start|>user<|im_sep|>Hi!<|im_end|>"
+            "<|im_start|>assistant<|im_sep|>  Hello.  <|im_end|>"
+            "<|im_start|>user<|im_sep|>How are you?<|im_end|>"
+            "<|im_start|>assistant<|im_sep|>");
+}
+
+TEST(ChatRender, Llama2WrapsTheSystemMessageAndPutsBosBetweenTurns) {
+  EXPECT_EQ(render(ChatTemplate::Llama2),
+            "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi! [/INST] Hello. </s>"
+            "<s>[INST] How are you? [/INST]");
+}
+
+TEST(ChatRender, Llama3TrimsContents) {
+  EXPECT_EQ(render(ChatTemplate::Llama3),
+            "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatRender, MistralV1JoinsTheSystemMessageToTheFirstTurn) {
+  EXPECT_EQ(render(ChatTemplate::MistralV1),
+            " [INST] You are terse.\n\nHi! [/INST]   Hello.  </s> [INST] How are you? [/INST]");
+}
+
+TEST(ChatRender, MistralV3JoinsTheSystemMessageToTheLastTurn) {
+  EXPECT_EQ(render(ChatTemplate::MistralV3),
+            "[INST] Hi![/INST] Hello.</s>[INST] You are terse.\n\nHow are you?[/INST]");
+  EXPECT_EQ(render(ChatTemplate::MistralV3Tekken),
+            "[INST]Hi![/INST]  Hello.  </s>[INST]You are terse.\n\nHow are you?[/INST]");
+}
+
+TEST(ChatRender, MistralV7KeepsSystemPromptsInPlace) {
+  EXPECT_EQ(render(ChatTemplate::MistralV7),
+            "[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST] Hi![/INST]   Hello.  </s>"
+            "[INST] How are you?[/INST]");
+  EXPECT_EQ(render(ChatTemplate::MistralV7Tekken),
+            "[SYSTEM_PROMPT]You are terse.[/SYSTEM_PROMPT][INST]Hi![/INST]  Hello.  </s>"
+            "[INST]How are you?[/INST]");
+}
+
+TEST(ChatRender, Phi3) {
+  EXPECT_EQ(render(ChatTemplate::Phi3),
+            "<|system|>\nYou are terse.<|end|>\n"
+            "<|user|>\nHi!<|end|>\n"
+            "<|assistant|>\n  Hello.  <|end|>\n"
+            "<|user|>\nHow are you?<|end|>\n"
+            "<|assistant|>\n");
+}
+
+TEST(ChatRender, GemmaMergesTheSystemMessageIntoTheFirstTurnAndSaysModel) {
+  EXPECT_EQ(render(ChatTemplate::Gemma),
+            "<start_of_turn>user\nYou are terse.\n\nHi!<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\nHow are you?<end_of_turn>\n"
+            "<start_of_turn>model\n");
+}
+
+TEST(ChatRender, DeepSeekCoder) {
+  EXPECT_EQ(render(ChatTemplate::DeepSeek),
+            "You are terse.### Instruction:\nHi!\n### Response:\n  Hello.  \n<|EOT|>\n"
+            "### Instruction:\nHow are you?\n### Response:\n");
+}
+
+TEST(ChatRender, DeepSeek2UsesTheVocabularysEos) {
+  const std::string ds_eos =
+      "<\xEF\xBD\x9C"
+      "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+  Vocab v;
+  v.model = "gpt2";
+  v.tokens = {
+      "<\xEF\xBD\x9C"
+      "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+      ds_eos};
+  v.bos = 0;
+  v.eos = 1;
+  const std::string want = "You are terse.\n\nUser: Hi!\n\nAssistant:   Hello.  " + ds_eos +
+                           "User: How are you?\n\nAssistant:";
+  EXPECT_EQ(render_chat(ChatTemplate::DeepSeek2, kConversation, true, v), want);
+  // Without an EOS in the vocabulary, DeepSeek's own spelling is used.
+  EXPECT_EQ(render_chat(ChatTemplate::DeepSeek2, kConversation, true, Vocab{}), want);
+}
+
+TEST(ChatRender, DeepSeek3PutsSystemMessagesFirst) {
+  EXPECT_EQ(render(ChatTemplate::DeepSeek3),
+            "You are terse."
+            "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Hi!"
+            "<\xEF\xBD\x9C"
+            "Assistant\xEF\xBD\x9C>  Hello.  "
+            "<\xEF\xBD\x9C"
+            "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+            "<\xEF\xBD\x9CUser\xEF\xBD\x9C>How are you?"
+            "<\xEF\xBD\x9C"
+            "Assistant\xEF\xBD\x9C>");
+}
+
+TEST(ChatRender, SingleUserTurnWithoutGenerationPrompt) {
+  const std::vector<ChatMessage> user = {{"user", "Hi"}};
+  EXPECT_EQ(render(ChatTemplate::ChatML, user, false), "<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(render(ChatTemplate::Llama3, user, false),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+  EXPECT_EQ(render(ChatTemplate::Gemma, user, false), "<start_of_turn>user\nHi<end_of_turn>\n");
+  // The [INST] formats end the user turn with the prompt itself.
+  EXPECT_EQ(render(ChatTemplate::Llama2, user, false), "[INST] Hi [/INST]");
+  EXPECT_EQ(render(ChatTemplate::Llama2, user, true), "[INST] Hi [/INST]");
+}
+
+TEST(ChatRender, NoFamilyStartsWithTheBosText) {
+  const std::vector<ChatMessage> user = {{"user", "Hi"}};
+  for (ChatTemplate t : all_chat_templates()) {
+    const std::string s = render(t, user, true);
+    EXPECT_FALSE(s.starts_with("<s>")) << chat_template_name(t) << ": " << s;
+    EXPECT_NE(s.find("Hi"), std::string::npos) << chat_template_name(t);
+  }
+}
+
+TEST(ChatRender, Llama2UsesTheVocabularysBosAndEosTexts) {
+  Vocab v = spm_specials();
+  v.tokens = {"<unk>", "<|begin|>", "<|end|>"};
+  EXPECT_EQ(render_chat(ChatTemplate::Llama2, kConversation, true, v),
+            "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi! [/INST] Hello. <|end|>"
+            "<|begin|>[INST] How are you? [/INST]");
+  // No special tokens at all: Llama 2's own spelling.
+  EXPECT_EQ(render_chat(ChatTemplate::Llama2, kConversation, true, Vocab{}),
+            render(ChatTemplate::Llama2));
+}
+
+TEST(ChatRender, OtherRolesAreWrittenVerbatimWhereTheFormatHasRoleNames) {
+  const std::vector<ChatMessage> msgs = {{"user", "2+2?"}, {"tool", "4"}};
+  EXPECT_EQ(render(ChatTemplate::ChatML, msgs, false),
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>tool\n4<|im_end|>\n");
+  EXPECT_EQ(render(ChatTemplate::Llama3, msgs, false),
+            "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+            "<|start_header_id|>tool<|end_header_id|>\n\n4<|eot_id|>");
+}
+
+void expect_invalid(ChatTemplate t, const std::vector<ChatMessage>& msgs, const std::string& part) {
+  try {
+    render(t, msgs, true);
+    ADD_FAILURE() << chat_template_name(t) << ": expected InvalidArgument mentioning " << part;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatRender, Errors) {
+  expect_invalid(ChatTemplate::ChatML, {{"", "x"}}, "empty role");
+  expect_invalid(ChatTemplate::Llama2, {{"user", "x"}, {"tool", "y"}},
+                 "the llama2 format only has system, user and assistant");
+  expect_invalid(ChatTemplate::MistralV3, {{"user", "x"}, {"system", "y"}},
+                 "takes one only as the first message");
+  expect_invalid(ChatTemplate::Gemma, {{"user", "x"}, {"system", "y"}},
+                 "takes one only as the first message");
+  // A system message with no turn to join would silently disappear.
+  expect_invalid(ChatTemplate::Llama2, {{"system", "x"}}, "there is none");
+  expect_invalid(ChatTemplate::MistralV1, {{"system", "x"}, {"assistant", "y"}}, "user turn");
+  expect_invalid(ChatTemplate::Gemma, {{"system", "x"}}, "there is none");
+}
+
+// ---------------------------------------------------------------------------
+// Detection from the templates real models ship (shortened where they are
+// long, keeping the parts the detection reads).
+
+struct DetectCase {
+  const char* model;
+  const char* tmpl;
+  ChatTemplate want;
+};
+
+const DetectCase kDetectCases[] = {
+    {"Qwen2-7B-Instruct",
+     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+     "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif "
+     "%}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+     "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+     ChatTemplate::ChatML},
+    {"SmolLM2-135M-Instruct",
+     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+     "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+     "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+     "'<|im_start|>assistant\n' }}{% endif %}",
+     ChatTemplate::ChatML},
+    {"phi-4",
+     "{% for message in messages %}{% if (message['role'] == 'system') "
+     "%}{{'<|im_start|>system<|im_sep|>' + message['content'] + '<|im_end|>'}}{% elif "
+     "(message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + message['content'] + "
+     "'<|im_end|><|im_start|>assistant<|im_sep|>'}}{% endif %}{% endfor %}",
+     ChatTemplate::Phi4},
+    {"Llama-2-7b-chat-hf",
+     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+     "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% "
+     "set system_message = false %}{% endif %}{% for message in loop_messages %}{% if "
+     "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
+     "system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
+     "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' "
+     "+ content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + "
+     "content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}",
+     ChatTemplate::Llama2},
+    {"Mistral-7B-Instruct-v0.1 (early template)",
+     "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' "
+     "+ message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
+     "message['content'] + eos_token}}{% endif %}{% endfor %}",
+     ChatTemplate::Llama2},
+    {"Meta-Llama-3-8B-Instruct",
+     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+     "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | "
+     "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% "
+     "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+     "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
+     ChatTemplate::Llama3},
+    {"Mistral-7B-Instruct-v0.2 (v1)",
+     "{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if message['role'] == "
+     "'user' %}\n        {%- if loop.first and system_message is defined %}\n            {{- ' "
+     "[INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n        {%- "
+     "else %}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n",
+     ChatTemplate::MistralV1},
+    {"Mistral-7B-Instruct-v0.3 (v3)",
+     "{%- if tools is not none and (message == user_messages[-1]) %}\n{{- \"[AVAILABLE_TOOLS] "
+     "[\" }}\n{%- endif %}\n{%- if loop.last and system_message is defined %}\n{{- \"[INST] \" + "
+     "system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n{%- else %}\n{{- "
+     "\"[INST] \" + message[\"content\"] + \"[/INST]\" }}",
+     ChatTemplate::MistralV3},
+    {"Mistral-Nemo-Instruct-2407 (v3-tekken)",
+     "{{- \"[AVAILABLE_TOOLS][\" }}\n{%- if loop.last and system_message is defined %}\n{{- "
+     "\"[INST]\" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n{%- else "
+     "%}\n{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}",
+     ChatTemplate::MistralV3Tekken},
+    {"Mistral-Large-Instruct-2411 (v7)",
+     "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' "
+     "+ message['content'] + '[/INST]' }}{% elif message['role'] == 'system' %}{{ "
+     "'[SYSTEM_PROMPT] ' + message['content'] + '[/SYSTEM_PROMPT]' }}{% elif message['role'] == "
+     "'assistant' %}{{ ' ' + message['content'] + eos_token }}{% endif %}{% endfor %}",
+     ChatTemplate::MistralV7},
+    {"Mistral-Small-24B-Instruct-2501 (v7-tekken)",
+     "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = "
+     "messages[0]['content'] %}\n{%- endif %}\n{{- bos_token }}\n{{- '[SYSTEM_PROMPT]' + "
+     "system_message + '[/SYSTEM_PROMPT]' }}\n{%- for message in loop_messages %}\n    {%- if "
+     "message['role'] == 'user' %}\n        {{- '[INST]' + message['content'] + '[/INST]' }}\n",
+     ChatTemplate::MistralV7Tekken},
+    {"Phi-3-mini-4k-instruct",
+     "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') "
+     "%}{{'<|user|>' + '\n' + message['content'] + '<|end|>' + '\n' + '<|assistant|>' + "
+     "'\n'}}{% elif (message['role'] == 'assistant') %}{{message['content'] + '<|end|>' + "
+     "'\n'}}{% endif %}{% endfor %}",
+     ChatTemplate::Phi3},
+    {"gemma-7b-it",
+     "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+     "supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == "
+     "'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif "
+     "%}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% "
+     "endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}",
+     ChatTemplate::Gemma},
+    {"deepseek-coder-6.7b-instruct",
+     "{%- for message in messages %}\n    {%- if message['role'] == 'system' %}\n{{ "
+     "message['content'] }}\n    {%- else %}\n        {%- if message['role'] == 'user' "
+     "%}\n{{'### Instruction:\\n' + message['content'] + '\\n'}}\n        {%- else "
+     "%}\n{{'### Response:\\n' + message['content'] + '\\n<|EOT|>\\n'}}\n",
+     ChatTemplate::DeepSeek},
+    {"deepseek-llm-7b-chat",
+     "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' "
+     "+ message['content'] + '\n\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' "
+     "+ message['content'] + eos_token }}{% elif message['role'] == 'system' %}{{ "
+     "message['content'] + '\n\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
+     "'Assistant:' }}{% endif %}",
+     ChatTemplate::DeepSeek2},
+    {"DeepSeek-V3",
+     "{{ bos_token }}{{ ns.system_prompt }}{%- for message in messages %}{%- if message['role'] "
+     "== 'user' %}{{'<\xEF\xBD\x9CUser\xEF\xBD\x9C>' + message['content']}}{%- endif %}{%- if "
+     "message['role'] == 'assistant' %}{{'<\xEF\xBD\x9C"
+     "Assistant\xEF\xBD\x9C>' + message['content'] + '<\xEF\xBD\x9C"
+     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>'}}{%- endif %}{%- endfor %}",
+     ChatTemplate::DeepSeek3},
+};
+
+class ChatDetect : public ::testing::TestWithParam<DetectCase> {};
+
+TEST_P(ChatDetect, RecognisesTheFamily) {
+  const DetectCase& c = GetParam();
+  EXPECT_EQ(chat_template_name(detect_chat_template(c.tmpl)), chat_template_name(c.want))
+      << c.model;
+}
+
+INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatDetect, ::testing::ValuesIn(kDetectCases),
+                         [](const ::testing::TestParamInfo<DetectCase>& info) {
+                           std::string n = info.param.model;
+                           for (char& ch : n) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
+TEST(ChatDetect, ANameIsItsOwnTemplate) {
+  for (ChatTemplate t : all_chat_templates()) {
+    EXPECT_EQ(detect_chat_template(chat_template_name(t)), t);
+    EXPECT_EQ(chat_template_from_name(chat_template_name(t)), t);
+  }
+}
+
+TEST(ChatDetect, OrderMatters) {
+  // ChatML wins over anything else a template mentions.
+  EXPECT_EQ(detect_chat_template("<|im_start|>{{ '[INST]' }}<|start_header_id|><|end_header_id|>"),
+            ChatTemplate::ChatML);
+  // Llama 3 needs both header markers.
+  EXPECT_THROW(detect_chat_template("{{ '<|start_header_id|>' }}"), InvalidArgument);
+}
+
+std::string detect_error(std::string_view tmpl) {
+  try {
+    detect_chat_template(tmpl);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ChatDetect, UnknownTemplatesSayWhatToDo) {
+  const std::string e = detect_error("{% for m in messages %}<<{{ m['role'] }}>>{% endfor %}");
+  EXPECT_NE(e.find("unrecognised chat template"), std::string::npos) << e;
+  EXPECT_NE(e.find("--chat-template NAME"), std::string::npos) << e;
+  EXPECT_NE(e.find("chatml, phi4, llama2, llama3, mistral-v1"), std::string::npos) << e;
+  EXPECT_NE(e.find("{% for m in messages %}"), std::string::npos) << e;
+
+  EXPECT_NE(detect_error("").find("the chat template is empty"), std::string::npos);
+  // Families llama.cpp knows but Encore does not render are named.
+  const std::string cmdr = detect_error(
+      "{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' + content.strip() + '<|END_OF_TURN_TOKEN|>' }}");
+  EXPECT_NE(cmdr.find("Command-R"), std::string::npos) << cmdr;
+  // SmolVLM uses <|im_start|> but is not ChatML.
+  const std::string smolvlm = detect_error("<|im_start|>{{ 'User:' }}<end_of_utterance>");
+  EXPECT_NE(smolvlm.find("SmolVLM"), std::string::npos) << smolvlm;
+}
+
+TEST(ChatTemplateName, UnknownNameListsTheNames) {
+  try {
+    chat_template_from_name("vicuna");
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("unknown chat template name 'vicuna'"), std::string::npos) << m;
+    EXPECT_NE(m.find("deepseek3"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace encore
