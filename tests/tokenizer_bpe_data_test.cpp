@@ -8,7 +8,6 @@
 #include <unicode/normalizer2.h>
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -18,6 +17,7 @@
 #include "encore/gguf.h"
 #include "encore/tokenizer.h"
 #include "shared_data.h"
+#include "vocab_vectors.h"
 #include "tokenizer/internal.h"
 
 namespace encore {
@@ -25,54 +25,6 @@ namespace {
 
 using Ids = std::vector<TokenId>;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The .inp format: every string is followed by "\n__ggml_vocab_test__\n".
-std::vector<std::string> read_inputs(const std::string& path) {
-  const std::string all = slurp(path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> out;
-  size_t pos = 0;
-  for (size_t hit; (hit = all.find(sep, pos)) != std::string::npos; pos = hit + sep.size()) {
-    out.push_back(all.substr(pos, hit - pos));
-  }
-  return out;
-}
-
-// The .out format: one line of " id id ..." per input.
-std::vector<Ids> read_outputs(const std::string& path) {
-  std::istringstream in(slurp(path));
-  std::vector<Ids> out;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    Ids ids;
-    for (TokenId id; ls >> id;) ids.push_back(id);
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
-
-std::string escaped(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u == '\n') {
-      out += "\\n";
-    } else if (u < 0x20 || u == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out.size() > 300 ? out.substr(0, 300) + "..." : out;
-}
 
 std::string ids_str(const Ids& ids) {
   std::string s;
@@ -231,7 +183,7 @@ TEST_P(VocabData, EncodeMatchesHuggingFaceVectors) {
   ASSERT_EQ(inputs_.size(), outputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const Ids got = encode(inputs_[i]);
-    EXPECT_EQ(got, outputs_[i]) << "line " << i << " \"" << escaped(inputs_[i]) << "\"\n  want"
+    EXPECT_EQ(got, outputs_[i]) << "line " << i << " \"" << escaped(inputs_[i], 300) << "\"\n  want"
                                 << ids_str(outputs_[i]) << "\n  got " << ids_str(got);
   }
 }
@@ -248,11 +200,11 @@ TEST_P(VocabData, DecodeInvertsEncode) {
   for (const std::string& s : texts) {
     const Ids ids = encode(s);
     if (!wordpiece()) {
-      ASSERT_EQ(tok_->decode(ids), round_trip(s)) << "\"" << escaped(s) << "\"" << ids_str(ids);
+      ASSERT_EQ(tok_->decode(ids), round_trip(s)) << "\"" << escaped(s, 300) << "\"" << ids_str(ids);
       ++checked;
     } else if (std::find(ids.begin(), ids.end(), tok_->vocab().unk) == ids.end()) {
       const std::string text = tok_->decode(ids, false, true);
-      ASSERT_EQ(encode(text), ids) << "\"" << escaped(s) << "\" -> \"" << escaped(text) << "\"";
+      ASSERT_EQ(encode(text), ids) << "\"" << escaped(s, 300) << "\" -> \"" << escaped(text, 300) << "\"";
       ++checked;
     }
   }
@@ -270,7 +222,7 @@ TEST_P(VocabData, StreamingEmitsOnlyCompleteUtf8) {
     std::string all;
     for (TokenId id : ids) {
       const std::string chunk = d.push(id);
-      EXPECT_TRUE(valid_utf8(chunk)) << "\"" << escaped(chunk) << "\" in \"" << escaped(s) << "\"";
+      EXPECT_TRUE(valid_utf8(chunk)) << "\"" << escaped(chunk, 300) << "\" in \"" << escaped(s, 300) << "\"";
       all += chunk;
     }
     all += d.finish();
@@ -293,9 +245,9 @@ TEST_P(VocabData, SurvivesHostileInput) {
     const std::string back = tok_->decode(ids);
     if (!wordpiece()) {
       if (!GetParam().nfc) {
-        EXPECT_EQ(back, round_trip(s)) << "\"" << escaped(s) << "\"";
+        EXPECT_EQ(back, round_trip(s)) << "\"" << escaped(s, 300) << "\"";
       }
-      EXPECT_EQ(tok_->decode(encode(back)), back) << "\"" << escaped(s) << "\"";
+      EXPECT_EQ(tok_->decode(encode(back)), back) << "\"" << escaped(s, 300) << "\"";
     }
     StreamDecoder d(*tok_);
     std::string shown;
@@ -305,7 +257,7 @@ TEST_P(VocabData, SurvivesHostileInput) {
   }
   // 1 MiB of one character: each is a single pre-tokenizer word (or a run
   // of identical words) that must neither hang the regexes nor the merges.
-  // A hang guard, not a benchmark: generous on a loaded 2-core machine.
+  // Hangs are caught by ctest's TIMEOUT (tests/tokenizer.cmake), never by timing here.
   for (const std::string& unit :
        std::vector<std::string>{"a", " ", "\n", "3", "!", "\xE4\xB8\x96", "\xD0\xBC",
                                 std::string(1, '\0'), "\xFF", "e\xCC\x81"}) {
@@ -315,14 +267,10 @@ TEST_P(VocabData, SurvivesHostileInput) {
     // one after white space is the worst case for DeepSeek's "\s+$").
     for (const std::string tail : {"", "\xE4\xB8\x96"}) {
       const std::string text = big + tail;
-      const auto t0 = std::chrono::steady_clock::now();
-      const Ids ids = encode(text);
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      EXPECT_LT(secs, 20.0) << "1 MiB of \"" << escaped(unit) << "\" + \"" << escaped(tail) << "\"";
+      const Ids ids = encode(text);  // a hang fails through the test's ctest TIMEOUT
       if (!wordpiece() && !GetParam().nfc) {
         EXPECT_TRUE(tok_->decode(ids) == round_trip(text))
-            << "1 MiB of \"" << escaped(unit) << "\"";
+            << "1 MiB of \"" << escaped(unit, 300) << "\"";
       }
     }
   }
@@ -466,7 +414,7 @@ TEST(VocabHuggingFace, CasesBeyondTheVectors) {
       loaded = c.vocab;
     }
     const Ids got = tok->encode(c.text, {});
-    EXPECT_EQ(got, c.ids) << c.vocab << " \"" << escaped(c.text) << "\"\n  want" << ids_str(c.ids)
+    EXPECT_EQ(got, c.ids) << c.vocab << " \"" << escaped(c.text, 300) << "\"\n  want" << ids_str(c.ids)
                           << "\n  got " << ids_str(got);
   }
 }

@@ -4,7 +4,6 @@
 // robustness (long input, concurrent encode).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <random>
 #include <set>
 #include <string>
@@ -306,12 +305,9 @@ TEST(BpeRobustness, LongRunsAreFast) {
   for (const std::string unit : {"a", " ", "ab", "\xE4\xB8\x96"}) {
     std::string text;
     while (text.size() < (1u << 20)) text += unit;
-    const auto t0 = std::chrono::steady_clock::now();
+    // A quadratic rescan would take hours: ctest's TIMEOUT catches that.
     const Ids ids = t->encode(text, {});
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(t->decode(ids), text);
-    // A quadratic rescan would take hours; a hang guard, not a benchmark.
-    EXPECT_LT(s, 30.0) << unit;
   }
 }
 

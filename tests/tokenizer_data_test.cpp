@@ -13,60 +13,13 @@
 #include "encore/gguf.h"
 #include "encore/tokenizer.h"
 #include "shared_data.h"
+#include "vocab_vectors.h"
 
 namespace encore {
 namespace {
 
 using Ids = std::vector<TokenId>;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The .inp format: every string is followed by "\n__ggml_vocab_test__\n".
-std::vector<std::string> read_inputs(const std::string& path) {
-  const std::string all = slurp(path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> out;
-  size_t pos = 0;
-  for (size_t hit; (hit = all.find(sep, pos)) != std::string::npos; pos = hit + sep.size()) {
-    out.push_back(all.substr(pos, hit - pos));
-  }
-  return out;
-}
-
-// The .out format: one line of " id id ..." per input.
-std::vector<Ids> read_outputs(const std::string& path) {
-  std::istringstream in(slurp(path));
-  std::vector<Ids> out;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    Ids ids;
-    for (TokenId id; ls >> id;) ids.push_back(id);
-    out.push_back(std::move(ids));
-  }
-  return out;
-}
-
-std::string escaped(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u == '\n') {
-      out += "\\n";
-    } else if (u < 0x20 || u == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 std::string ids_str(const Ids& ids) {
   std::string s;

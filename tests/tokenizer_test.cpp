@@ -3,7 +3,6 @@
 // detokenizer, EOG detection and the errors of create() / vocab_from_gguf().
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -365,12 +364,10 @@ TEST(TokenizerRobustness, LongRepeatedTextIsLinearithmic) {
   }
   const auto t = b.build();
   const std::string text(1 << 20, 'a');
-  const auto t0 = std::chrono::steady_clock::now();
+  // A quadratic rescan would take hours: ctest's TIMEOUT (tests/tokenizer.cmake)
+  // catches that; tests never assert on time.
   const Ids ids = enc(*t, text);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(t->decode(ids, false, true), text);
-  // A quadratic rescan would take hours; this is a hang guard, not a benchmark.
-  EXPECT_LT(s, 60.0);
 }
 
 TEST(TokenizerRobustness, ConcurrentEncodeIsDeterministic) {
