@@ -125,8 +125,8 @@ class Tokenizer {
   // text); UserDefined tokens always render as their text; Unused/Undefined
   // as "". A single byte token may be part of a UTF-8 sequence, so the piece
   // need not be valid UTF-8. Throws InvalidArgument for an id outside
-  // [0, n_vocab).
-  virtual std::string token_to_piece(TokenId id, bool render_special = false) const = 0;
+  // [0, n_vocab). Served from pieces_, which each subclass fills.
+  std::string token_to_piece(TokenId id, bool render_special = false) const;
 
   // Concatenated pieces (raw bytes, not checked for UTF-8; use StreamDecoder
   // for display). strip_leading_space: when the vocab adds a dummy prefix,
@@ -145,6 +145,10 @@ class Tokenizer {
  protected:
   // `vocab` must have passed validation (see create()).
   explicit Tokenizer(Vocab vocab);
+
+  // [n_vocab] raw bytes each token renders as (token_to_piece's source);
+  // filled by the subclass constructor from the vocab's own spelling.
+  std::vector<std::string> pieces_;
 
   // A piece of the input after splitting on special tokens: either a token
   // (id >= 0) or a run of raw text (id == -1, text non-empty).

@@ -189,7 +189,6 @@ class BpeTokenizer final : public Tokenizer {
   explicit BpeTokenizer(Vocab vocab);
 
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& opt) const override;
-  std::string token_to_piece(TokenId id, bool render_special) const override;
 
  private:
   // Scratch space of one encode() call.
@@ -230,7 +229,6 @@ class BpeTokenizer final : public Tokenizer {
   MergeTable merges_;
   // ignore_merges: raw bytes of each Normal token -> id (views into pieces_).
   std::unordered_map<std::string_view, TokenId> whole_words_;
-  std::vector<std::string> pieces_;  // [n_vocab] raw bytes each token renders as
 };
 
 BpeTokenizer::BpeTokenizer(Vocab vocab)
@@ -413,13 +411,6 @@ void BpeTokenizer::merge_word(std::string_view word, Work* w, std::vector<TokenI
     try_add(c.left, left.next);
   }
   for (int32_t i = 0; i != -1; i = sym[i].next) out->push_back(sym[i].id);
-}
-
-std::string BpeTokenizer::token_to_piece(TokenId id, bool render_special) const {
-  check_id(id);
-  const TokenType t = type_of(id);
-  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return {};
-  return pieces_[static_cast<size_t>(id)];
 }
 
 }  // namespace

@@ -51,7 +51,6 @@ class SpmTokenizer final : public Tokenizer {
   explicit SpmTokenizer(Vocab vocab);
 
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& opt) const override;
-  std::string token_to_piece(TokenId id, bool render_special) const override;
 
  private:
   // Appends the ids of one raw-text fragment (already escaped) to `out`.
@@ -60,7 +59,6 @@ class SpmTokenizer final : public Tokenizer {
   void encode_bytes(std::string_view symbol, std::vector<TokenId>* out) const;
 
   std::array<TokenId, 256> byte_token_;  // id that spells each byte value, -1 if none
-  std::vector<std::string> pieces_;      // [n_vocab] text of each token, special ones shown
 };
 
 SpmTokenizer::SpmTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
@@ -242,13 +240,6 @@ void SpmTokenizer::encode_bytes(std::string_view symbol, std::vector<TokenId>* o
     }
   }
   for (char c : symbol) out->push_back(byte_token_[static_cast<uint8_t>(c)]);
-}
-
-std::string SpmTokenizer::token_to_piece(TokenId id, bool render_special) const {
-  check_id(id);
-  const TokenType t = type_of(id);
-  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return {};
-  return pieces_[static_cast<size_t>(id)];
 }
 
 }  // namespace

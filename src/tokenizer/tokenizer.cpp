@@ -227,6 +227,13 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
   return frags;
 }
 
+std::string Tokenizer::token_to_piece(TokenId id, bool render_special) const {
+  check_id(id);
+  const TokenType t = type_of(id);
+  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return {};
+  return pieces_[static_cast<size_t>(id)];
+}
+
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool render_special,
                               bool strip_leading_space) const {
   std::string out;

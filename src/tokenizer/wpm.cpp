@@ -145,7 +145,6 @@ class WpmTokenizer final : public Tokenizer {
   explicit WpmTokenizer(Vocab vocab);
 
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& opt) const override;
-  std::string token_to_piece(TokenId id, bool render_special) const override;
 
  private:
   // Steps 1-2 of the header comment: cleaned, accent-stripped, lowercased.
@@ -155,7 +154,6 @@ class WpmTokenizer final : public Tokenizer {
                    std::vector<TokenId>* out) const;
 
   const icu::Normalizer2* nfd_;      // ICU's shared instance
-  std::vector<std::string> pieces_;  // [n_vocab] text each token renders as
 };
 
 WpmTokenizer::WpmTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
@@ -336,13 +334,6 @@ void WpmTokenizer::encode_word(std::string_view word, size_t n_chars, std::strin
     out->push_back(found);
     start = end;
   }
-}
-
-std::string WpmTokenizer::token_to_piece(TokenId id, bool render_special) const {
-  check_id(id);
-  const TokenType t = type_of(id);
-  if (!render_special && (t == TokenType::Control || t == TokenType::Unknown)) return {};
-  return pieces_[static_cast<size_t>(id)];
 }
 
 }  // namespace
