@@ -3,3 +3,4 @@ encore_add_test(test_cli_stories SOURCES cli_stories_test.cpp LABELS cli)
 encore_add_test(test_cli_synth SOURCES cli_synth_test.cpp LABELS cli DEFINES ENCORE_SYNTH_HEAVY=0)
 encore_add_test(test_cli_synth_heavy SOURCES cli_synth_test.cpp LABELS heavy
                 DEFINES ENCORE_SYNTH_HEAVY=1)
+encore_add_test(test_cli_bench SOURCES cli_bench_test.cpp LABELS cli)

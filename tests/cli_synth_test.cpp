@@ -24,6 +24,13 @@ struct SynthCase {
 
 void PrintTo(const SynthCase& c, std::ostream* os) { *os << c.preset << " " << c.type; }
 
+// The architecture a preset is made for (its keys are "<arch>.*").
+std::string arch_of(const std::string& preset) {
+  if (preset.find("qwen2") != std::string::npos) return "qwen2";
+  if (preset.find("qwen3") != std::string::npos) return "qwen3";
+  return "llama";
+}
+
 void synth_inspect_run(const SynthCase& c) {
   TempDir tmp;
   const std::string model = tmp.file(c.preset + "-" + c.type + ".gguf");
@@ -37,7 +44,7 @@ void synth_inspect_run(const SynthCase& c) {
   EXPECT_NE(i.out.find("blk.0.attn_q.weight"), std::string::npos);
   EXPECT_NE(i.out.find(" " + c.type + " "), std::string::npos) << "type column missing";
   EXPECT_NE(i.out.find("fingerprint:"), std::string::npos);
-  EXPECT_NE(i.out.find("llama.block_count"), std::string::npos);
+  EXPECT_NE(i.out.find(arch_of(c.preset) + ".block_count"), std::string::npos);
 
   const CliResult r = run_encore({"run", "-m", model, "-p", "once upon a time", "-n", "6",
                                   "--temp", "1.0", "--seed", "5", "--json"});
@@ -63,13 +70,48 @@ std::vector<SynthCase> cases(const std::string& preset) {
 std::string case_name(const ::testing::TestParamInfo<SynthCase>& info) {
   return info.param.preset + "_" + info.param.type;
 }
+// gtest names allow only [A-Za-z0-9_].
+std::string case_name_safe(const ::testing::TestParamInfo<SynthCase>& info) {
+  std::string n = case_name(info);
+  for (char& ch : n) {
+    if (ch == '-' || ch == '.') ch = '_';
+  }
+  return n;
+}
 
 #if ENCORE_SYNTH_HEAVY
 // Built as its own executable (label "heavy"): 1.1B parameters per type.
 INSTANTIATE_TEST_SUITE_P(B1, SynthPresets, ::testing::ValuesIn(cases("1b")), case_name);
+// The other real shapes in two common types.
+INSTANTIATE_TEST_SUITE_P(Big, SynthPresets,
+                         ::testing::Values(SynthCase{"qwen3-0.6b", "Q8_0"},
+                                           SynthCase{"qwen3-0.6b", "Q4_K"},
+                                           SynthCase{"llama3-1b", "Q8_0"},
+                                           SynthCase{"llama3-1b", "Q4_K"}),
+                         case_name_safe);
 #else
 INSTANTIATE_TEST_SUITE_P(Tiny, SynthPresets, ::testing::ValuesIn(cases("tiny")), case_name);
 INSTANTIATE_TEST_SUITE_P(M125, SynthPresets, ::testing::ValuesIn(cases("125m")), case_name);
+// One per architecture feature: QKV biases, QK-norm with wide heads, rope_freqs.
+INSTANTIATE_TEST_SUITE_P(TinyQwen2, SynthPresets, ::testing::ValuesIn(cases("tiny-qwen2")),
+                         case_name_safe);
+INSTANTIATE_TEST_SUITE_P(TinyQwen3, SynthPresets, ::testing::ValuesIn(cases("tiny-qwen3")),
+                         case_name_safe);
+INSTANTIATE_TEST_SUITE_P(TinyLlama3, SynthPresets, ::testing::ValuesIn(cases("tiny-llama3")),
+                         case_name_safe);
+
+TEST(Synth, PresetDecidesTheArchitecture) {
+  TempDir tmp;
+  const std::string model = tmp.file("q.gguf");
+  CliResult r = run_encore({"synth", "-o", model, "--preset", "tiny-qwen3", "--type", "Q8_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("arch qwen3"), std::string::npos) << r.out;
+  r = run_encore({"synth", "-o", model, "--preset", "tiny-qwen3", "--arch", "qwen3"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_encore({"synth", "-o", model, "--preset", "tiny-qwen3", "--arch", "llama"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("preset 'tiny-qwen3' is a qwen3 model"), std::string::npos) << r.err;
+}
 
 std::string fingerprint_of(const std::string& model) {
   const CliResult i = run_encore({"inspect", model});

@@ -35,7 +35,7 @@ class EngineTest : public ::testing::Test {
 
   // A context of n_ctx positions over a pool of exactly `kv_tokens` tokens.
   std::unique_ptr<ForwardContext> context(int n_ctx, int kv_tokens) {
-    const KvLayout layout = kv_layout_for(model_->hparams());
+    const KvLayout layout = kv_layout_for(model_->hparams(), DType::F32);
     kv_ = std::make_unique<KvBlockPool>(layout, kv_bytes_for_tokens(layout, kv_tokens));
     return std::make_unique<ForwardContext>(*model_, *kv_, threads_, n_ctx);
   }

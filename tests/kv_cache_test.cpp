@@ -104,23 +104,23 @@ TEST(KvCache, BlocksAreDisjointAndLayersDoNotOverlap) {
   const KvLayout l = small_layout();
   KvBlockPool pool(l, 3 * l.block_bytes());
   const int64_t plane = l.block_tokens * l.row_elems();  // floats of K (or V) of one layer
-  std::set<const float*> starts;
+  std::set<const uint8_t*> starts;
   for (int32_t b = 0; b < 3; ++b) {
     for (int layer = 0; layer < l.n_layer; ++layer) {
-      EXPECT_EQ(pool.v(b, layer), pool.k(b, layer) + plane);
+      EXPECT_EQ(pool.v(b, layer), pool.k(b, layer) + plane * sizeof(float));
       starts.insert(pool.k(b, layer));
       starts.insert(pool.v(b, layer));
       for (int64_t i = 0; i < plane; ++i) {
-        pool.k(b, layer)[i] = static_cast<float>(b * 100 + layer * 10 + 1);
-        pool.v(b, layer)[i] = static_cast<float>(b * 100 + layer * 10 + 2);
+        reinterpret_cast<float*>(pool.k(b, layer))[i] = static_cast<float>(b * 100 + layer * 10 + 1);
+        reinterpret_cast<float*>(pool.v(b, layer))[i] = static_cast<float>(b * 100 + layer * 10 + 2);
       }
     }
   }
   EXPECT_EQ(starts.size(), 3u * 2 * 2);
   for (int32_t b = 0; b < 3; ++b) {
     for (int layer = 0; layer < l.n_layer; ++layer) {
-      EXPECT_EQ(pool.k(b, layer)[0], b * 100 + layer * 10 + 1);
-      EXPECT_EQ(pool.v(b, layer)[plane - 1], b * 100 + layer * 10 + 2);
+      EXPECT_EQ(reinterpret_cast<float*>(pool.k(b, layer))[0], b * 100 + layer * 10 + 1);
+      EXPECT_EQ(reinterpret_cast<float*>(pool.v(b, layer))[plane - 1], b * 100 + layer * 10 + 2);
     }
   }
 }

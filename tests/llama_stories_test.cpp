@@ -46,7 +46,7 @@ Greedy greedy(const Model& model, int n_threads, const std::vector<int32_t>& pro
               bool prefill_one_by_one) {
   const HParams& hp = model.hparams();
   const int n_ctx = 512;
-  const KvLayout layout = kv_layout_for(hp);
+  const KvLayout layout = kv_layout_for(hp, DType::F32);
   KvBlockPool pool(layout, kv_bytes_for_tokens(layout, n_ctx));
   ThreadPool threads(n_threads);
   ForwardContext ctx(model, pool, threads, n_ctx);

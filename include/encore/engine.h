@@ -29,6 +29,10 @@ struct GenerateParams {
   int32_t n_predict = -1;  // -1: until EOG or the context is full
   float temp = 0.8f;       // 0: greedy argmax (ties to the lowest id)
   uint64_t seed = 0;       // key of the token-draw RNG stream (see rng.h)
+  // The prompt is run in steps of at most this many tokens (chunked
+  // prefill; llama.cpp's -b). Changes speed and peak memory only: logits are
+  // identical for every chunk size (see ForwardContext).
+  int32_t prefill_chunk = 512;
 };
 
 struct GenerateResult {

@@ -9,7 +9,10 @@
 // Block memory layout (block_bytes() bytes per block):
 //   for layer in [0, n_layer): K [block_tokens, n_kv_heads * head_dim]
 //                              V [block_tokens, n_kv_heads * head_dim]
-// Entries are F32 in this version; `elem_type` is carried so F16 can follow.
+// Entries are F32 or F16 (`elem_type`; F16 halves the memory, like
+// llama.cpp's default). The element type is part of the numerics: the same
+// tokens give different logits under F32 and F16 KV, identical ones under
+// either setting every time.
 //
 // Ownership: a KvBlockPool owns one allocation of n_blocks() blocks, made once
 // in the constructor (pages are touched only when blocks are first written).
@@ -35,7 +38,7 @@ struct KvLayout {
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_tokens = 16;
-  DType elem_type = DType::F32;  // only F32 is supported for now
+  DType elem_type = DType::F32;  // F32 or F16
 
   // Elements per token per layer for K (and for V): n_kv_heads * head_dim.
   int64_t row_elems() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
@@ -52,7 +55,7 @@ class KvBlockPool {
   // Sizes the pool to floor(budget_bytes / layout.block_bytes()) blocks
   // (capped at INT32_MAX) and allocates them in one piece.
   // Throws InvalidArgument for an invalid layout (non-positive sizes, an
-  // element type other than F32) or when the budget cannot hold one block.
+  // element type other than F32/F16) or when the budget cannot hold one block.
   KvBlockPool(const KvLayout& layout, uint64_t budget_bytes);
   ~KvBlockPool();
   KvBlockPool(const KvBlockPool&) = delete;
@@ -73,18 +76,20 @@ class KvBlockPool {
   // Current reference count (0 = free).
   int32_t refcount(int32_t block) const;
 
-  // Keys / values of `layer` in `block`: [block_tokens, n_kv_heads * head_dim].
+  // Keys / values of `layer` in `block`: [block_tokens, n_kv_heads * head_dim]
+  // elements of layout().elem_type, 64-byte aligned.
   // retain/release/refcount/k/v throw std::logic_error for an id outside
   // [0, n_blocks()) or, for retain/release, a block that is not allocated:
   // those are programmer errors, but silently corrupting the cache is worse.
-  float* k(int32_t block, int layer);
-  float* v(int32_t block, int layer);
-  const float* k(int32_t block, int layer) const;
-  const float* v(int32_t block, int layer) const;
+  uint8_t* k(int32_t block, int layer);
+  uint8_t* v(int32_t block, int layer);
+  const uint8_t* k(int32_t block, int layer) const;
+  const uint8_t* v(int32_t block, int layer) const;
 
  private:
   void check_id(int32_t block, const char* what) const;
   uint8_t* layer_base(int32_t block, int layer) const;
+  size_t plane_bytes() const;  // bytes of one layer's K (or V) in a block
 
   KvLayout layout_;
   size_t block_bytes_ = 0;

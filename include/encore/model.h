@@ -2,7 +2,8 @@
 //
 // Model::load() reads the hyper-parameters and checks every tensor (presence,
 // dtype, shape) once, so the forward pass never meets a surprise.
-// Supported architectures: "llama" (Llama 1/2/3 and look-alikes).
+// Supported architectures: "llama" (Llama 1/2/3 and look-alikes: Mistral,
+// TinyLlama, SmolLM), "qwen2" (Q/K/V biases) and "qwen3" (per-head Q/K norms).
 //
 // Ownership: a Model's weights are zero-copy views into the gguf::File it was
 // loaded from; the File must outlive the Model (and every ForwardContext on
@@ -14,10 +15,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "encore/isa.h"
 #include "encore/kv_cache.h"
 
 namespace encore {
@@ -47,7 +50,11 @@ struct HParams {
   int n_ff = 0;         // feed-forward hidden width
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.0f;
+  // Linear RoPE scaling: positions are multiplied by this (1 / scaling factor).
+  float rope_freq_scale = 1.0f;
   RopeLayout rope_layout = RopeLayout::Normal;
+  bool has_qkv_bias = false;  // qwen2: biases on the Q, K and V projections
+  bool has_qk_norm = false;   // qwen3: RMSNorm of each q and k head before RoPE
   bool tied_output = false;  // no output.weight: logits use token_embd
 };
 
@@ -69,6 +76,15 @@ class Model {
   const std::string& path() const { return path_; }
   const ModelWeights& weights() const { return *weights_; }
 
+  // What one token costs at batch 1: the bytes of every weight matrix a
+  // decode step reads (all layer matrices, the output head, one embedding
+  // row) and the multiply-adds of those matrices (attention excluded).
+  struct TokenCost {
+    uint64_t weight_bytes = 0;
+    uint64_t macs = 0;
+  };
+  TokenCost token_cost() const;
+
  private:
   Model(HParams hparams, std::string path, std::unique_ptr<ModelWeights> weights);
 
@@ -77,67 +93,92 @@ class Model {
   std::unique_ptr<ModelWeights> weights_;
 };
 
-// The KV layout a model needs (F32 entries).
-KvLayout kv_layout_for(const HParams& hparams, int block_tokens = 16);
+// The KV layout a model needs, with entries of kv_type (F32 or F16).
+KvLayout kv_layout_for(const HParams& hparams, DType kv_type, int block_tokens = 16);
+
+// One sequence's share of a forward step: `tokens` go at positions
+// [seq->n_tokens, seq->n_tokens + tokens.size()).
+struct SeqTokens {
+  KvSequence* seq = nullptr;
+  std::span<const int32_t> tokens;
+  // [n_vocab] receives the logits after the last of `tokens`; empty = none
+  // wanted (e.g. a prefill chunk that is not the prompt's last).
+  std::span<float> logits;
+};
 
 // Runs the forward pass of one model over KV sequences in a pool.
 //
-// Owns scratch activations sized for at most kMaxBatch tokens (longer
-// prompts are processed kMaxBatch tokens at a time, with identical results
-// since every token's math is independent of its batch-mates).
+// Invariance (docs/invariance.md): the logits and K/V of a token depend only
+// on the model, the KV element type, and the token ids and positions of its
+// own sequence: not on the thread count, the ISA, the other sequences of a
+// step, or how a prompt was split into steps. Every kernel computes each
+// value in one canonical order, and work is split along independent outputs.
+//
+// Owns scratch activations sized for at most kMaxBatch tokens per internal
+// step (longer inputs are processed kMaxBatch tokens at a time).
 // Borrows the model, the pool and the thread pool; all must outlive it.
 // Not thread-safe: one thread drives a ForwardContext at a time.
 class ForwardContext {
  public:
-  static constexpr int kMaxBatch = 256;
+  static constexpr int kMaxBatch = 512;
 
-  // n_ctx: the most positions a sequence may reach (>= 1). Throws
-  // InvalidArgument if n_ctx < 1 or the pool's layout does not match the
-  // model (layers, KV heads, head size).
-  ForwardContext(const Model& model, KvBlockPool& pool, ThreadPool& threads, int n_ctx);
+  // n_ctx: the most positions a sequence may reach (>= 1). isa: the kernels
+  // to use (default: isa_from_env(), i.e. ENCORE_ISA or the best the CPU
+  // has). Throws InvalidArgument if n_ctx < 1, the ISA is unsupported here or
+  // the pool's layout does not match the model (layers, KV heads, head size).
+  ForwardContext(const Model& model, KvBlockPool& pool, ThreadPool& threads, int n_ctx,
+                 std::optional<Isa> isa = std::nullopt);
   ~ForwardContext();
   ForwardContext(const ForwardContext&) = delete;
   ForwardContext& operator=(const ForwardContext&) = delete;
 
   int32_t n_ctx() const { return n_ctx_; }
+  Isa isa() const { return isa_; }
   const Model& model() const { return model_; }
   KvBlockPool& pool() const { return pool_; }
 
-  // Runs `tokens` at positions [seq.n_tokens, seq.n_tokens + tokens.size()):
-  // appends their K/V to seq (allocating blocks from the pool), advances
-  // seq.n_tokens and writes the last token's logits to logits_last
-  // ([n_vocab]). A whole prompt goes in one call (batched matmuls).
-  // Throws InvalidArgument (no tokens, positions past n_ctx, token id out of
-  // range, logits_last of the wrong size) or ResourceExhausted (KV pool
-  // full); in every case seq is left as it was. The blocks that receive the
-  // new positions must not be shared with another sequence (refcount 1;
-  // std::logic_error otherwise): copy-on-write comes with prefix sharing.
+  // One step over several sequences at once (continuous batching: some may
+  // be prefilling, some decoding). Appends each entry's K/V to its sequence
+  // (allocating blocks from the pool), advances seq->n_tokens and fills the
+  // requested logits.
+  // Throws InvalidArgument (an entry without tokens, the same sequence twice,
+  // positions past n_ctx, token id out of range, logits of the wrong size) or
+  // ResourceExhausted (KV pool full); in every case all sequences are left as
+  // they were. The blocks that receive new positions must not be shared with
+  // another sequence (refcount 1; std::logic_error otherwise).
+  void step(std::span<const SeqTokens> batch);
+
+  // step() for one sequence, with the last token's logits in logits_last.
   void eval(KvSequence& seq, std::span<const int32_t> tokens, std::span<float> logits_last);
 
  private:
-  void eval_batch(KvSequence& seq, const int32_t* tokens, int n, int32_t pos0, float* logits_last);
-  void attention(KvSequence& seq, int layer, int n, int32_t pos0);
+  struct TokenRef;
+  void run_tokens(const TokenRef* toks, int n);
+  void attention(const TokenRef* toks, int n, int layer);
 
   const Model& model_;
   KvBlockPool& pool_;
   ThreadPool& threads_;
   const int32_t n_ctx_;
+  const Isa isa_;
 
-  // Scratch, reused by every call (sized for kMaxBatch tokens or fewer).
-  std::vector<float> x_;                // [n, n_embd] residual stream
-  std::vector<float> xb_;               // [n, n_embd] normed input of a sub-layer
-  std::vector<float> xb2_;              // [n, n_embd] output of a sub-layer
-  std::vector<float> q_;                // [n, n_head * head_dim]
-  std::vector<float> k_;                // [n, n_head_kv * head_dim]
-  std::vector<float> v_;                // [n, n_head_kv * head_dim]
-  std::vector<float> att_;              // [n, n_head * head_dim] attention output
-  std::vector<float> gate_;             // [n, n_ff]
-  std::vector<float> up_;               // [n, n_ff]
-  std::vector<float> scores_;           // [threads, n_ctx] attention probabilities
-  std::vector<float> rope_cos_;         // [n, n_rot / 2] RoPE angles per position
-  std::vector<float> rope_sin_;         // [n, n_rot / 2]
-  std::vector<const float*> k_blocks_;  // [blocks of seq] one layer's K block pointers
-  std::vector<const float*> v_blocks_;  // [blocks of seq] one layer's V block pointers
+  // Scratch, reused by every call (grown to the largest step seen).
+  std::vector<float> x_;                  // [n, n_embd] residual stream
+  std::vector<float> xb_;                 // [n, n_embd] normed input of a sub-layer
+  std::vector<float> xb2_;                // [n, n_embd] output of a sub-layer
+  std::vector<float> q_;                  // [n, n_head * head_dim]
+  std::vector<float> k_;                  // [n, n_head_kv * head_dim]
+  std::vector<float> v_;                  // [n, n_head_kv * head_dim]
+  std::vector<float> att_;                // [n, n_head * head_dim] attention output
+  std::vector<float> gate_;               // [n, n_ff]
+  std::vector<float> up_;                 // [n, n_ff]
+  std::vector<float> scores_;             // [threads, n_ctx] attention probabilities
+  std::vector<float> rope_cos_;           // [n, n_rot / 2] RoPE angles per token
+  std::vector<float> rope_sin_;           // [n, n_rot / 2]
+  std::vector<float> out_x_;              // [n_out, n_embd] final normed rows needing logits
+  std::vector<float> out_logits_;         // [n_out, n_vocab]
+  std::vector<const uint8_t*> k_blocks_;  // [n_seq_in_step, max blocks] K block pointers of a layer
+  std::vector<const uint8_t*> v_blocks_;  // [n_seq_in_step, max blocks] V block pointers
 };
 
 }  // namespace encore

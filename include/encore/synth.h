@@ -4,9 +4,10 @@
 //
 // Weights are uniform in [-a, a] with std = scale / sqrt(fan_in), so
 // activations stay finite and the logits are neither flat nor one-hot; norm
-// weights are 1. Element (r, c) of tensor k is a pure function of
-// (seed, k, r, c): the file is byte-identical for the same options,
-// whatever the thread count.
+// weights are 1 (the newer presets: 1 + small noise, so that a norm applied
+// to the wrong vector shows in tests), Q/K/V biases have std 0.5. Element
+// (r, c) of tensor k is a pure function of (seed, k, r, c): the file is
+// byte-identical for the same options, whatever the thread count.
 //
 // The file carries `encore.synthetic = true` so tools can say plainly that
 // its output is noise.
@@ -39,17 +40,32 @@ struct SynthShape {
   int n_head_kv = 0;
   int n_ff = 0;
   bool tied_output = false;
+  std::string arch = "llama";  // general.architecture: llama, qwen2 or qwen3
+  int head_dim = 0;            // 0 = n_embd / n_head; else written as attention.key_length
+  float rope_freq_base = 10000.0f;
+  float rms_eps = 1e-5f;
+  // rope_freqs.weight as Llama 3.1's converter writes it for "llama3" RoPE
+  // scaling (factor 8, low/high frequency factors 1 and 4, original context
+  // 8192).
+  bool llama3_rope_freqs = false;
+  bool noisy_norms = false;  // norm weights 1 + uniform noise of std 0.1 instead of 1
+  int effective_head_dim() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
 
 struct SynthOptions {
-  std::string arch = "llama";
+  std::string arch;             // "" = the preset's; otherwise must be the preset's
   std::string preset = "tiny";  // see synth_presets()
-  DType type = DType::F16;      // type of the 2-D weights (norms stay F32)
+  DType type = DType::F16;      // type of the 2-D weights (norms, biases, rope_freqs stay F32)
   std::string vocab_from;       // GGUF whose tokenizer.* keys are copied; "" = built-in
   uint64_t seed = 0;
+  // Linear RoPE scaling written as <arch>.rope.scaling.{type,factor}; 0 = none.
+  float rope_scaling_factor = 0.0f;
 };
 
-// Preset names in order of size: "tiny", "125m", "1b".
+// Preset names: the default "tiny" and its per-architecture siblings
+// "tiny-qwen2", "tiny-qwen3" and "tiny-llama3" (under 3M parameters, for
+// tests), then real shapes by size: "125m", "qwen3-0.6b" (Qwen3-0.6B), "1b"
+// (TinyLlama-1.1B), "llama3-1b" (Llama-3.2-1B).
 std::vector<std::string> synth_presets();
 // Throws InvalidArgument for an unknown preset, naming the known ones.
 SynthShape synth_shape(const std::string& preset);
@@ -61,8 +77,9 @@ struct SynthSummary {
 };
 
 // Writes the model to `path` (atomically). Throws InvalidArgument for bad
-// options (unknown arch, a type whose block size does not divide a row
-// length, a vocab file without tokenizer keys) and Error for I/O failures.
+// options (unknown arch or one that is not the preset's, a type whose block
+// size does not divide a row length, a vocab file without tokenizer keys, a
+// negative or non-finite rope_scaling_factor) and Error for I/O failures.
 SynthSummary synth_model(const SynthOptions& options, const std::string& path, ThreadPool& pool);
 
 }  // namespace encore

@@ -18,6 +18,7 @@
 #include "encore/error.h"
 #include "encore/fingerprint.h"
 #include "encore/gguf.h"
+#include "encore/isa.h"
 #include "encore/kv_cache.h"
 #include "encore/model.h"
 #include "encore/thread_pool.h"
@@ -42,6 +43,9 @@ struct RunArgs {
   std::optional<std::string> system;  // system message (implies chat)
   std::string chat_template;          // family name overriding the model's template (implies chat)
   bool special = false;               // parse special-token text in a plain prompt
+  std::string kv_type = "f16";        // KV cache element type: f16 | f32
+  int32_t batch_size = 512;           // prefill chunk (tokens per step)
+  std::string isa;                    // kernels: scalar | avx2 | avx512 (default: best)
 };
 
 constexpr int32_t kDefaultMaxCtx = 4096;
@@ -107,12 +111,13 @@ void run_generate(const RunArgs& a) {
   }
   if (a.ctx_size < 0) throw InvalidArgument(fmt::format("-c {} must be >= 0", a.ctx_size));
   const int32_t n_ctx = a.ctx_size > 0 ? a.ctx_size : std::min(hp.n_ctx_train, kDefaultMaxCtx);
-  const KvLayout layout = kv_layout_for(hp);
+  const KvLayout layout = kv_layout_for(hp, parse_kv_type(a.kv_type));
   const uint64_t kv_bytes = a.kv_mem_mib > 0 ? static_cast<uint64_t>(a.kv_mem_mib * 1048576.0)
                                              : kv_bytes_for_tokens(layout, n_ctx);
   KvBlockPool pool(layout, kv_bytes);
   ThreadPool threads(n_threads);
-  ForwardContext ctx(*model, pool, threads, n_ctx);
+  ForwardContext ctx(*model, pool, threads, n_ctx,
+                     a.isa.empty() ? std::optional<Isa>() : parse_isa(a.isa));
   bool fp_cached = false;
   const std::string fingerprint = model_fingerprint_cached(file, threads, &fp_cached);
   const double load_ms =
@@ -124,9 +129,12 @@ void run_generate(const RunArgs& a) {
                "note: {} has random weights (made by `encore synth`): the text below is noise\n",
                a.model);
   }
-  fmt::print(stderr, "load: {:.1f} ms ({}, {} threads, context {}, KV {:.1f} MiB in {} blocks)\n",
-             load_ms, a.mmap ? "mmap" : "read into memory", n_threads, n_ctx,
-             pool.n_blocks() * layout.block_bytes() / 1048576.0, pool.n_blocks());
+  fmt::print(stderr,
+             "load: {:.1f} ms ({}, {} threads, {} kernels, context {}, KV {} {:.1f} MiB in {} "
+             "blocks)\n",
+             load_ms, a.mmap ? "mmap" : "read into memory", n_threads, isa_name(ctx.isa()), n_ctx,
+             dtype_name(layout.elem_type), pool.n_blocks() * layout.block_bytes() / 1048576.0,
+             pool.n_blocks());
 
   // --chat: the prompt becomes the user message of a single-turn
   // conversation, rendered without a leading BOS (the tokenizer adds it
@@ -176,6 +184,7 @@ void run_generate(const RunArgs& a) {
   params.n_predict = a.n_predict;
   params.temp = a.temp;
   params.seed = seed;
+  params.prefill_chunk = a.batch_size;
 
   StreamDecoder stream(*tokenizer, after_bos_only);
   // In chat mode only the answer is printed, not the template around it.
@@ -230,6 +239,12 @@ CLI::Validator finite_range(double lo, double hi) {
 
 }  // namespace
 
+DType parse_kv_type(const std::string& s) {
+  if (s == "f16") return DType::F16;
+  if (s == "f32") return DType::F32;
+  throw InvalidArgument(fmt::format("--kv-type {}: expected f16 or f32", s));
+}
+
 void add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* sub = app.add_subcommand("run", "Generate text from a GGUF model");
@@ -250,6 +265,15 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::Range(0, kMaxCtx));
   sub->add_option("--kv-mem", args->kv_mem_mib, "KV cache budget in MiB (default: what -c needs)")
       ->check(finite_range(0.0, 1 << 24));
+  sub->add_option("--kv-type", args->kv_type,
+                  "KV cache element type: f16 (default, like llama.cpp) or f32; part of the "
+                  "numerics: outputs are reproducible under either, not across them");
+  sub->add_option("-b,--batch-size", args->batch_size,
+                  "Prompt tokens per forward step (chunked prefill; speed only)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--isa", args->isa,
+                  "Kernels: scalar, avx2 or avx512 (default: ENCORE_ISA, else the best the CPU "
+                  "has); speed only, outputs are identical");
   sub->add_flag("--json", args->json, "Print one JSON object instead of streaming text");
   sub->add_flag("--mmap,!--no-mmap", args->mmap,
                 "Map the weights instead of reading them into memory");

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+
+#include "encore/dtype.h"
 
 namespace encore::cli {
 
@@ -12,6 +15,11 @@ void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 // `encore tokenize` and `encore detokenize`.
 void add_tokenize_commands(CLI::App& app);
+
+void add_bench_command(CLI::App& app);
+
+// --kv-type: "f16" or "f32" (throws InvalidArgument otherwise).
+DType parse_kv_type(const std::string& s);
 
 // Threads to use when -t is not given: every core the machine has.
 int default_threads();

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   encore::cli::add_inspect_command(app);
   encore::cli::add_synth_command(app);
   encore::cli::add_tokenize_commands(app);
+  encore::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

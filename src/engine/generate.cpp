@@ -85,7 +85,18 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
   std::vector<float> logits(static_cast<size_t>(n_vocab));  // [n_vocab]
 
   auto start = std::chrono::steady_clock::now();
-  ctx.eval(guard.seq, prompt_ids, logits);
+  if (params.prefill_chunk < 1) {
+    throw InvalidArgument(
+        fmt::format("prefill chunk size {} must be at least 1", params.prefill_chunk));
+  }
+  const size_t chunk = static_cast<size_t>(params.prefill_chunk);
+  for (size_t begin = 0; begin < prompt_ids.size(); begin += chunk) {
+    const size_t count = std::min(chunk, prompt_ids.size() - begin);
+    const std::span<const TokenId> part(prompt_ids.data() + begin, count);
+    const bool last = begin + count == prompt_ids.size();
+    const SeqTokens entry{&guard.seq, part, last ? std::span<float>(logits) : std::span<float>()};
+    ctx.step(std::span<const SeqTokens>(&entry, 1));
+  }
   result.prompt_seconds = seconds_since(start);
 
   start = std::chrono::steady_clock::now();

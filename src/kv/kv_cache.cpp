@@ -27,8 +27,8 @@ void validate_layout(const KvLayout& l) {
         "block_tokens={}",
         l.n_layer, l.n_kv_heads, l.head_dim, l.block_tokens));
   }
-  if (l.elem_type != DType::F32) {
-    throw InvalidArgument(fmt::format("KV cache element type {} is not supported (only F32)",
+  if (l.elem_type != DType::F32 && l.elem_type != DType::F16) {
+    throw InvalidArgument(fmt::format("KV cache element type {} is not supported (F32 or F16)",
                                       dtype_name(l.elem_type)));
   }
 }
@@ -134,20 +134,21 @@ uint8_t* KvBlockPool::layer_base(int32_t block, int layer) const {
          static_cast<size_t>(layer) * 2 * plane;
 }
 
-float* KvBlockPool::k(int32_t block, int layer) {
-  return reinterpret_cast<float*>(layer_base(block, layer));
+uint8_t* KvBlockPool::k(int32_t block, int layer) { return layer_base(block, layer); }
+
+uint8_t* KvBlockPool::v(int32_t block, int layer) {
+  return k(block, layer) + plane_bytes();
 }
 
-float* KvBlockPool::v(int32_t block, int layer) {
-  return k(block, layer) + static_cast<size_t>(layout_.block_tokens) * layout_.row_elems();
+const uint8_t* KvBlockPool::k(int32_t block, int layer) const { return layer_base(block, layer); }
+
+const uint8_t* KvBlockPool::v(int32_t block, int layer) const {
+  return k(block, layer) + plane_bytes();
 }
 
-const float* KvBlockPool::k(int32_t block, int layer) const {
-  return reinterpret_cast<const float*>(layer_base(block, layer));
-}
-
-const float* KvBlockPool::v(int32_t block, int layer) const {
-  return k(block, layer) + static_cast<size_t>(layout_.block_tokens) * layout_.row_elems();
+size_t KvBlockPool::plane_bytes() const {
+  return static_cast<size_t>(layout_.block_tokens) * static_cast<size_t>(layout_.row_elems()) *
+         elem_bytes(layout_.elem_type);
 }
 
 void KvSequence::reserve(KvBlockPool& pool, int32_t new_total_tokens) {

@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "encore/error.h"
 #include "kernels/quants.h"
@@ -99,21 +101,32 @@ HParams read_common_hparams(const gguf::File& file, const std::string& arch) {
         fmt::format("{}: {}rope.freq_base = {} must be > 0", file.path(), p, hp.rope_freq_base));
   }
   // RoPE scaling changes every angle; computing without it would silently
-  // give other logits than the model was trained for. llama.cpp scales by
-  // <arch>.rope.scaling.factor whenever it is present, with the type "linear"
-  // when the type key is absent; a factor of 0 means no scaling there.
+  // give other logits than the model was trained for. As in llama.cpp, the
+  // factor comes from rope.scaling.factor, else the older rope.scale_linear;
+  // 0 (or absent) means none, and an absent type means "linear". llama.cpp
+  // applies the factor even when the type says "none"; so do we, to compute
+  // what it computes. YaRN, LongRoPE & co. change more than the positions and
+  // are refused. (Llama 3.1's "llama3" scaling is no type here: converters
+  // bake it into the rope_freqs.weight tensor, see read_rope_freqs.)
   const std::optional<std::string> scaling = file.opt_string(p + "rope.scaling.type");
   if (scaling && *scaling != "none" && *scaling != "linear") {
-    throw ModelError(fmt::format("{}: {}rope.scaling.type = '{}' is not supported yet", file.path(),
-                                 p, util::printable(*scaling)));
+    throw ModelError(
+        fmt::format("{}: {}rope.scaling.type = '{}' is not supported (supported: none, linear)",
+                    file.path(), p, util::printable(*scaling)));
   }
-  for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
-    const std::optional<float> f = file.opt_f32(p + key);
-    if (f && *f != 1.0f && *f != 0.0f) {
-      throw ModelError(fmt::format(
-          "{}: {}{} = {}: RoPE scaling is not supported yet (only a factor of 1 is accepted)",
-          file.path(), p, key, *f));
+  std::string factor_key = p + "rope.scaling.factor";
+  std::optional<float> factor = file.opt_f32(factor_key);
+  if (!factor) {
+    factor_key = p + "rope.scale_linear";
+    factor = file.opt_f32(factor_key);
+  }
+  if (factor && *factor != 0.0f) {
+    // Bounded so that the scaled angles stay meaningful floats.
+    if (!std::isfinite(*factor) || *factor < 1e-3f || *factor > 1e6f) {
+      throw ModelError(fmt::format("{}: {} = {} is out of range [0.001, 1e6] (or 0 for none)",
+                                   file.path(), factor_key, *factor));
     }
+    hp.rope_freq_scale = 1.0f / *factor;
   }
 
   // Vocabulary size: explicit key, else the tokenizer's token list, else the
@@ -208,6 +221,12 @@ std::vector<float> TensorReader::vector(const std::string& name, int64_t n, cons
   return out;
 }
 
+std::vector<float> TensorReader::optional_vector(const std::string& name, int64_t n,
+                                                 const char* what) {
+  if (file_.find_tensor(name) == nullptr) return {};
+  return vector(name, n, what);
+}
+
 void TensorReader::check_all_used(const std::string& arch) const {
   for (const gguf::TensorInfo& t : file_.tensors()) {
     if (used_.find(t.name) == used_.end()) {
@@ -217,6 +236,50 @@ void TensorReader::check_all_used(const std::string& arch) const {
           file_.path(), util::printable(t.name), arch));
     }
   }
+}
+
+std::unique_ptr<ModelWeights> read_llama_like_weights(TensorReader& tr, HParams* hp) {
+  const int64_t n_embd = hp->n_embd;
+  const int64_t n_q = static_cast<int64_t>(hp->n_head) * hp->head_dim;
+  const int64_t n_kv = static_cast<int64_t>(hp->n_head_kv) * hp->head_dim;
+  const int64_t n_ff = hp->n_ff;
+
+  auto w = std::make_unique<ModelWeights>();
+  w->token_embd = tr.matrix("token_embd.weight", n_embd, hp->n_vocab, "[n_embd, n_vocab]");
+  w->output_norm = tr.vector("output_norm.weight", n_embd, "[n_embd]");
+  w->output = tr.optional_matrix("output.weight", n_embd, hp->n_vocab, "[n_embd, n_vocab]");
+  hp->tied_output = w->output.data == nullptr;
+  if (hp->tied_output) w->output = w->token_embd;
+
+  w->layers.resize(static_cast<size_t>(hp->n_layer));
+  for (int i = 0; i < hp->n_layer; ++i) {
+    LayerWeights& l = w->layers[static_cast<size_t>(i)];
+    const std::string p = fmt::format("blk.{}.", i);
+    l.attn_norm = tr.vector(p + "attn_norm.weight", n_embd, "[n_embd]");
+    l.wq = tr.matrix(p + "attn_q.weight", n_embd, n_q, "[n_embd, n_head * head_dim]");
+    l.wk = tr.matrix(p + "attn_k.weight", n_embd, n_kv, "[n_embd, n_head_kv * head_dim]");
+    l.wv = tr.matrix(p + "attn_v.weight", n_embd, n_kv, "[n_embd, n_head_kv * head_dim]");
+    l.wo = tr.matrix(p + "attn_output.weight", n_q, n_embd, "[n_head * head_dim, n_embd]");
+    l.ffn_norm = tr.vector(p + "ffn_norm.weight", n_embd, "[n_embd]");
+    l.w_gate = tr.matrix(p + "ffn_gate.weight", n_embd, n_ff, "[n_embd, n_ff]");
+    l.w_up = tr.matrix(p + "ffn_up.weight", n_embd, n_ff, "[n_embd, n_ff]");
+    l.w_down = tr.matrix(p + "ffn_down.weight", n_ff, n_embd, "[n_ff, n_embd]");
+  }
+  return w;
+}
+
+std::vector<float> read_rope_freqs(TensorReader& tr, const HParams& hp) {
+  const char* name = "rope_freqs.weight";
+  std::vector<float> f = tr.optional_vector(name, hp.n_rot / 2, "[n_rot / 2]");
+  for (size_t i = 0; i < f.size(); ++i) {
+    // Each is a divisor of a rotation frequency: 0, negative or NaN would
+    // give infinite or meaningless angles.
+    if (!std::isfinite(f[i]) || f[i] <= 0.0f) {
+      throw ModelError(fmt::format("{}: tensor '{}' value {} at index {} must be finite and > 0",
+                                   tr.file().path(), name, f[i], i));
+    }
+  }
+  return f;
 }
 
 }  // namespace encore::model_detail

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "encore/model.h"
-#include "kernels/ops.h"
+#include "kernels/matmul.h"
 
 namespace encore {
 
@@ -20,6 +20,11 @@ struct LayerWeights {
   kernels::WeightView wq;        // [n_embd -> n_head * head_dim]
   kernels::WeightView wk;        // [n_embd -> n_head_kv * head_dim]
   kernels::WeightView wv;        // [n_embd -> n_head_kv * head_dim]
+  std::vector<float> bq;         // [n_head * head_dim] qwen2 Q bias; empty when absent
+  std::vector<float> bk;         // [n_head_kv * head_dim] qwen2 K bias; empty when absent
+  std::vector<float> bv;         // [n_head_kv * head_dim] qwen2 V bias; empty when absent
+  std::vector<float> q_norm;     // [head_dim] qwen3 per-head Q RMSNorm; empty when absent
+  std::vector<float> k_norm;     // [head_dim] qwen3 per-head K RMSNorm; empty when absent
   kernels::WeightView wo;        // [n_head * head_dim -> n_embd]
   std::vector<float> ffn_norm;   // [n_embd]
   kernels::WeightView w_gate;    // [n_embd -> n_ff]
@@ -32,6 +37,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;  // [n_layer]
   std::vector<float> output_norm;    // [n_embd]
   kernels::WeightView output;        // [n_embd -> n_vocab]; == token_embd when tied
+  // RoPE frequency divisors (GGUF rope_freqs.weight, Llama 3.1+ "llama3"
+  // scaling baked by the converter); empty when absent.
+  std::vector<float> rope_freqs;  // [n_rot / 2]
 };
 
 }  // namespace encore

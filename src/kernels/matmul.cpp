@@ -1,0 +1,173 @@
+// Matrix multiplication driver (see matmul.h): picks the kernel table for the
+// ISA, quantises the activations once per call, splits the output rows across
+// threads and walks them in cache-sized blocks of decoded weight rows.
+// The arithmetic (and its canonical order) lives in matmul_internal.h and the
+// matmul_{scalar,avx2,avx512}.cpp tables; nothing here touches a sum, so the
+// blocking and the thread split never change a bit of the result.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "encore/thread_pool.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/quants.h"
+
+namespace encore::kernels {
+namespace {
+
+using mm::ActRows;
+using mm::DecRows;
+using mm::IsaKernels;
+
+const IsaKernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return mm::avx512_kernels();
+    case Isa::Avx2:
+      return mm::avx2_kernels();
+    default:
+      return mm::scalar_kernels();
+  }
+}
+
+// Every NaN leaves as the one quiet NaN (see matmul_internal.h).
+inline float canon(float v) { return std::isnan(v) ? std::bit_cast<float>(mm::kCanonNanBits) : v; }
+
+// Weight rows decoded per block: small for decode-sized batches (the block
+// stays in L1 while its few activation rows pass over it), larger for
+// prefill so each decoded row is reused by every activation row while in L2.
+int64_t rows_per_block(int64_t m) { return m <= 8 ? 4 : 16; }
+
+void run_parallel(int64_t rows, int64_t work, ThreadPool* pool, const ThreadPool::RangeFn& fn) {
+  if (pool == nullptr || pool->size() == 1 || work < kMinParallelWork) {
+    fn(0, rows, 0);
+  } else {
+    pool->parallel_for(rows, fn);
+  }
+}
+
+void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
+                const IsaKernels& kt) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const int64_t kp = mm::padded_k(cols);
+  const int64_t n_groups = kp / mm::kGroup;
+  const bool with_min = mm::has_min(w.type);
+  const bool w_signed = mm::is_signed_type(w.type);
+
+  // Quantised activations, zero-padded to kp (the padding adds nothing).
+  std::vector<int8_t> act_q(static_cast<size_t>(m * kp));           // [m, kp]
+  std::vector<float> act_f(static_cast<size_t>(2 * m * n_groups));  // [2][m, n_groups]
+  const ActRows act{act_q.data(), act_f.data(), act_f.data() + m * n_groups, kp};
+  for (int64_t i = 0; i < m; ++i) kt.quantize_act(x + i * cols, cols, act, i);
+
+  const int64_t rb_rows = rows_per_block(m);
+  auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
+    // This chunk's decoded weight rows, zero-padded like the activations.
+    std::vector<int8_t> dec_w(static_cast<size_t>(rb_rows * kp));  // [rb_rows, kp]
+    std::vector<float> dec_f(static_cast<size_t>(rb_rows * (kp / 16 + n_groups)));
+    const DecRows dec{dec_w.data(), dec_f.data(),  // ws: [rb_rows, kp/16]
+                      with_min ? dec_f.data() + rb_rows * (kp / 16) : nullptr,  // wm
+                      kp};
+    float out[mm::kMaxTileR * mm::kMaxTileC];
+    for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
+      const int64_t nr = std::min(rb_rows, r_end - rb);
+      for (int64_t r = 0; r < nr; ++r) {
+        kt.decode(w.type, w.data + static_cast<size_t>(rb + r) * w.row_bytes, cols, dec, r);
+      }
+      for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
+        const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
+        for (int64_t r0 = 0; r0 < nr; r0 += mm::kMaxTileR) {
+          const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
+          kt.int_tile(R, C, w_signed, dec, r0, act, i0, out);
+          for (int c = 0; c < C; ++c) {
+            for (int r = 0; r < R; ++r) {
+              float v = out[c * R + r];
+              if (with_min) {
+                v += kt.min_term(dec.wm + (r0 + r) * n_groups, act.asum + (i0 + c) * n_groups,
+                                 n_groups);
+              }
+              y[(i0 + c) * rows + rb + r0 + r] = canon(v);
+            }
+          }
+        }
+      }
+    }
+  };
+  run_parallel(rows, rows * cols * m, pool, run);
+}
+
+void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
+                  const IsaKernels& kt) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const bool in_place = w.type == DType::F32;
+  // F32 rows are read in place; the model loader rejects F32 weights that are
+  // not float-aligned (a file may declare an alignment of 1 or 2).
+  assert(!in_place || (reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0 &&
+                       w.row_bytes % sizeof(float) == 0));
+  const int64_t rb_rows = rows_per_block(m);
+  auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
+    std::vector<float> scratch;  // [rb_rows, cols] widened rows (not for F32)
+    if (!in_place) scratch.resize(static_cast<size_t>(rb_rows * cols));
+    float out[mm::kMaxTileR * mm::kMaxTileC];
+    for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
+      const int64_t nr = std::min(rb_rows, r_end - rb);
+      const float* wr;
+      int64_t stride;
+      if (in_place) {
+        wr = reinterpret_cast<const float*>(w.data + static_cast<size_t>(rb) * w.row_bytes);
+        stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
+      } else {
+        for (int64_t r = 0; r < nr; ++r) {
+          kt.widen(w.type, w.data + static_cast<size_t>(rb + r) * w.row_bytes, cols,
+                   scratch.data() + r * cols);
+        }
+        wr = scratch.data();
+        stride = cols;
+      }
+      for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
+        const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
+        for (int64_t r0 = 0; r0 < nr; r0 += mm::kMaxTileR) {
+          const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
+          kt.float_tile(R, C, wr + r0 * stride, stride, x + i0 * cols, cols, cols, out);
+          for (int c = 0; c < C; ++c) {
+            for (int r = 0; r < R; ++r) y[(i0 + c) * rows + rb + r0 + r] = canon(out[c * R + r]);
+          }
+        }
+      }
+    }
+  };
+  run_parallel(rows, rows * cols * m, pool, run);
+}
+
+}  // namespace
+
+void get_row(const WeightView& w, int64_t row, float* out) {
+  dequantize_row(w.type, w.data + static_cast<size_t>(row) * w.row_bytes, out, w.cols);
+}
+
+void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa) {
+  if (m <= 0 || w.rows <= 0) return;
+  if (!row_conversion_supported(w.type)) {
+    float dummy = 0.0f;
+    dequantize_row(w.type, w.data, &dummy, 0);  // throws the "type not supported" error
+  }
+  if (w.cols == 0) {
+    std::fill(y, y + m * w.rows, 0.0f);  // an empty dot product is +0
+    return;
+  }
+  assert(isa_supported(isa));
+  const IsaKernels& kt = kernels_for(isa);
+  if (mm::is_int_type(w.type)) {
+    matmul_int(w, x, y, m, pool, kt);
+  } else {
+    matmul_float(w, x, y, m, pool, kt);
+  }
+}
+
+}  // namespace encore::kernels

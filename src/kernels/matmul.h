@@ -1,0 +1,52 @@
+// Matrix multiplication of model weights (any GGUF weight type) against a
+// batch of activation rows: the hot loop of the forward pass.
+//
+// Invariance: y[i][r] depends only on weight row r and activation row i, and
+// is computed in one canonical operation order (docs/invariance.md) whatever
+// the ISA, the batch size m, the tile shape or the thread split: work is
+// split across threads along output rows only, never along a reduction.
+//
+// Ownership: borrows everything for the call. Thread-safety: reentrant;
+// parallelises through the ThreadPool it is given.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "encore/dtype.h"
+#include "encore/isa.h"
+
+namespace encore {
+class ThreadPool;
+}
+
+namespace encore::kernels {
+
+// Below this many multiply-adds a job is cheaper to run on the calling thread
+// than to hand out (waking workers costs microseconds). Only speed depends on
+// it: the split never changes results.
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 16;
+
+// A borrowed 2-D weight matrix stored row-major in any dequantisable dtype:
+// `rows` rows of `cols` values each, row r starting at data + r * row_bytes.
+// In GGUF terms cols = dims[0] and rows = dims[1]. F32 data is read in place
+// as floats, so it must be aligned to alignof(float) (asserted; the model
+// loader checks it for weights from files); other types are copied out
+// block by block and may sit at any address.
+struct WeightView {
+  DType type = DType::F32;
+  const uint8_t* data = nullptr;  // [rows, row_bytes]
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t row_bytes = 0;
+};
+
+// y = x W^T for a batch of m activations: y[i][r] = sum_c W[r][c] * x[i][c].
+// x: [m, w.cols], y: [m, w.rows] (must not alias x).
+// pool may be null; small products (< kMinParallelWork) run on the caller.
+void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa);
+
+// Dequantises row `row` of `w` into out: [w.cols]. Used for embedding lookup.
+void get_row(const WeightView& w, int64_t row, float* out);
+
+}  // namespace encore::kernels

@@ -1,0 +1,354 @@
+// AVX2 + FMA + F16C matmul kernels: the canonical order of matmul_internal.h
+// with 256-bit vectors. Compiled with -mavx2 -mfma -mf16c -mbmi2 and only
+// called after isa_supported(Isa::Avx2).
+//
+// Integer lanes: maddubs (u8 x s8 -> pairs of int16) then madd with ones
+// (-> int32 of 4 consecutive products) is exactly p of the canonical order
+// for one 32-value group in one register. maddubs saturates at +-32767, so
+// the u8 side must stay small: unsigned weights (<= 31) go in directly;
+// signed ones enter as |w| (<= 128) with the activation's sign flipped by w,
+// which keeps every pair below 2 * 128 * 127 = 32512.
+#include <immintrin.h>
+
+#include <bit>
+#include <cstring>
+
+#include "kernels/matmul_internal.h"
+#include "kernels/quants.h"
+
+namespace encore::kernels::mm {
+namespace {
+
+// reduce8 of matmul_internal.h on one 8-lane register.
+inline float reduce8(__m256 a) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // s4[0]+s4[2], s4[1]+s4[3]
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// reduce16 (canonical.h) of lanes lo = acc[0..7], hi = acc[8..15].
+inline float reduce16(__m256 lo, __m256 hi) { return reduce8(_mm256_add_ps(lo, hi)); }
+
+inline uint32_t hmax_epu32(__m256i v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+void quantize_act_avx2(const float* x, int64_t k, const ActRows& a, int64_t i) {
+  int8_t* q = a.q + i * a.kp;
+  float* d = a.d + i * (a.kp / kGroup);
+  float* s = a.asum + i * (a.kp / kGroup);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t g = 0; g < k / kGroup; ++g) {
+    const float* xg = x + g * kGroup;
+    __m256 v[4];
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(xg + 8 * j);
+    __m256i mx = _mm256_and_si256(_mm256_castps_si256(v[0]), abs_mask);
+    for (int j = 1; j < 4; ++j) {
+      mx = _mm256_max_epu32(mx, _mm256_and_si256(_mm256_castps_si256(v[j]), abs_mask));
+    }
+    const uint32_t ab = hmax_epu32(mx);
+    if (ab >= kInfBits || ab < kTinyBits) {
+      quantize_group_scalar(xg, ab, q + g * kGroup, d + g, s + g);
+      continue;
+    }
+    const float dg = std::bit_cast<float>(ab) / 127.0f;
+    const __m256 id = _mm256_set1_ps(1.0f / dg);
+    __m256i iv[4];
+    // cvtps rounds to nearest even in the default MXCSR mode, like nearbyint.
+    for (int j = 0; j < 4; ++j) iv[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));
+    const __m256i sum =
+        _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
+    const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]);
+    const __m256i p23 = _mm256_packs_epi32(iv[2], iv[3]);
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * kGroup), b);
+    d[g] = dg;
+    s[g] = dg * static_cast<float>(hsum_epi32(sum));
+  }
+}
+
+inline void store32(int8_t* dst, __m256i v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v);
+}
+
+inline float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);  // exact (a NaN scale only ever yields a NaN output)
+}
+
+void decode_avx2(DType t, const uint8_t* src, int64_t k, const DecRows& dr, int64_t r) {
+  int8_t* w = dr.w + r * dr.kp;
+  float* ws = dr.ws + r * (dr.kp / 16);
+  float* wm = dr.wm != nullptr ? dr.wm + r * (dr.kp / kGroup) : nullptr;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  switch (t) {
+    case DType::Q8_0:
+      for (int64_t b = 0; b < k / 32; ++b) {
+        const uint8_t* p = src + b * sizeof(BlockQ8_0);
+        store32(w + 32 * b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
+        ws[2 * b] = ws[2 * b + 1] = half(p);
+      }
+      return;
+    case DType::Q4_0:
+      for (int64_t b = 0; b < k / 32; ++b) {
+        const uint8_t* p = src + b * sizeof(BlockQ4_0);
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+        store32(w + 32 * b, _mm256_sub_epi8(_mm256_and_si256(both, m4), _mm256_set1_epi8(8)));
+        ws[2 * b] = ws[2 * b + 1] = half(p);
+      }
+      return;
+    case DType::Q4_K:
+    case DType::Q5_K:
+      for (int64_t b = 0; b < k / 256; ++b) {
+        const bool q5 = t == DType::Q5_K;
+        const uint8_t* p = src + b * (q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+        const float d = half(p), dmin = half(p + 2);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc, mn;
+          get_scale_min_k4(j, p + 4, &sc, &mn);
+          ws[16 * b + 2 * j] = ws[16 * b + 2 * j + 1] = d * static_cast<float>(sc);
+          wm[8 * b + j] = -(dmin * static_cast<float>(mn));
+        }
+        const uint8_t* qs = p + (q5 ? 48 : 16);
+        const __m256i hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+        int8_t* o = w + 256 * b;
+        for (int c = 0; c < 4; ++c) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+          __m256i lo = _mm256_and_si256(v, m4);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if (q5) {
+            const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c)));
+            const __m256i b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1)));
+            const __m256i h16 = _mm256_set1_epi8(16);
+            lo = _mm256_or_si256(
+                lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), h16));
+            hi = _mm256_or_si256(
+                hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), h16));
+          }
+          store32(o + 64 * c, lo);
+          store32(o + 64 * c + 32, hi);
+        }
+      }
+      return;
+    case DType::Q6_K:
+      for (int64_t b = 0; b < k / 256; ++b) {
+        const uint8_t* p = src + b * sizeof(BlockQ6_K);
+        const float d = half(p + 208);
+        const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+        for (int i = 0; i < 16; ++i) ws[16 * b + i] = d * static_cast<float>(sc[i]);
+        const __m256i m3 = _mm256_set1_epi8(3), m30 = _mm256_set1_epi8(0x30);
+        const __m256i mc = _mm256_set1_epi8(0x0c), k32 = _mm256_set1_epi8(32);
+        for (int h = 0; h < 2; ++h) {
+          const auto* ql = reinterpret_cast<const __m256i*>(p + 64 * h);
+          const __m256i l0 = _mm256_loadu_si256(ql), l1 = _mm256_loadu_si256(ql + 1);
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+          // Shifts are 16-bit, so mask to the wanted bits first: nothing
+          // crosses into the neighbouring byte.
+          const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4);
+          const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(qh, mc), 2);
+          const __m256i h2 = _mm256_and_si256(qh, m30);
+          const __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);
+          int8_t* o = w + 256 * b + 128 * h;
+          store32(o, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), h0), k32));
+          store32(o + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), h1), k32));
+          store32(o + 64,
+                  _mm256_sub_epi8(
+                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2), k32));
+          store32(o + 96,
+                  _mm256_sub_epi8(
+                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3), k32));
+        }
+      }
+      return;
+    default:
+      decode_scalar(t, src, k, dr, r);
+  }
+}
+
+// [s0 x4, s1 x4] from two consecutive floats.
+inline __m256 expand_ws(const float* p) {
+  const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
+                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+// Sub-tile of R <= 2 weight rows x C <= 2 activation rows (registers: 8 acc).
+template <int R, int C, bool S>
+void int_subtile(const DecRows& dr, int64_t r0, const ActRows& a, int64_t i0, float* out, int ldo) {
+  const int64_t kp = a.kp, ng = kp / kGroup;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[C][R][2];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+  const int8_t* wp[R];
+  const float* sp[R];
+  for (int r = 0; r < R; ++r) {
+    wp[r] = dr.w + (r0 + r) * kp;
+    sp[r] = dr.ws + (r0 + r) * (kp / 16);
+  }
+  for (int64_t g = 0; g < ng; g += 2) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i wv[R], aw[R];
+      __m256 sc[R];
+      for (int r = 0; r < R; ++r) {
+        wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[r] + 32 * (g + h)));
+        if (S) aw[r] = _mm256_abs_epi8(wv[r]);
+        sc[r] = expand_ws(sp[r] + 2 * (g + h));
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m256i qv = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(a.q + (i0 + c) * kp + 32 * (g + h)));
+        const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + g + h);
+        for (int r = 0; r < R; ++r) {
+          const __m256i p16 = S ? _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]))
+                                : _mm256_maddubs_epi16(wv[r], qv);
+          const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+          acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
+        }
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+}
+
+template <bool S>
+void int_tile_s(int R, int C, const DecRows& dr, int64_t r0, const ActRows& a, int64_t i0,
+                float* out) {
+  for (int c = 0; c < C; c += 2) {
+    for (int r = 0; r < R; r += 2) {
+      const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
+      float* o = out + c * R + r;
+      if (rr == 2 && cc == 2) int_subtile<2, 2, S>(dr, r0 + r, a, i0 + c, o, R);
+      if (rr == 2 && cc == 1) int_subtile<2, 1, S>(dr, r0 + r, a, i0 + c, o, R);
+      if (rr == 1 && cc == 2) int_subtile<1, 2, S>(dr, r0 + r, a, i0 + c, o, R);
+      if (rr == 1 && cc == 1) int_subtile<1, 1, S>(dr, r0 + r, a, i0 + c, o, R);
+    }
+  }
+}
+
+void int_tile_avx2(int R, int C, bool w_signed, const DecRows& dr, int64_t r0, const ActRows& a,
+                   int64_t i0, float* out) {
+  if (w_signed) {
+    int_tile_s<true>(R, C, dr, r0, a, i0, out);
+  } else {
+    int_tile_s<false>(R, C, dr, r0, a, i0, out);
+  }
+}
+
+float min_term_avx2(const float* wm, const float* asum, int64_t n_groups) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t g = 0; g < n_groups; g += 8) {  // n_groups is a multiple of 8 (kPadTo)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(wm + g), _mm256_loadu_ps(asum + g), acc);
+  }
+  return reduce8(acc);
+}
+
+inline __m256i tail_mask(int64_t n) {  // lanes < n set (n may be <= 0 or >= 8)
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int nn = n < 0 ? 0 : (n > 8 ? 8 : static_cast<int>(n));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(nn), idx);
+}
+
+// Sub-tile of R <= 2 x C <= 2 canonical dot products; 16 lanes = 2 registers.
+template <int R, int C>
+void float_subtile(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t k,
+                   float* out, int ldo) {
+  __m256 acc[C][R][2];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+  const int64_t k16 = k / 16 * 16;
+  for (int64_t i = 0; i < k16; i += 16) {
+    __m256 wv[R][2];
+    for (int r = 0; r < R; ++r) {
+      wv[r][0] = _mm256_loadu_ps(w + r * w_stride + i);
+      wv[r][1] = _mm256_loadu_ps(w + r * w_stride + i + 8);
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256 x0 = _mm256_loadu_ps(x + c * x_stride + i);
+      const __m256 x1 = _mm256_loadu_ps(x + c * x_stride + i + 8);
+      for (int r = 0; r < R; ++r) {
+        acc[c][r][0] = _mm256_fmadd_ps(wv[r][0], x0, acc[c][r][0]);
+        acc[c][r][1] = _mm256_fmadd_ps(wv[r][1], x1, acc[c][r][1]);
+      }
+    }
+  }
+  if (k16 < k) {
+    // Masked lanes load as 0 on both sides: fma(0, 0, acc) leaves acc as is.
+    const __m256i m0 = tail_mask(k - k16), m1 = tail_mask(k - k16 - 8);
+    for (int c = 0; c < C; ++c) {
+      const __m256 x0 = _mm256_maskload_ps(x + c * x_stride + k16, m0);
+      const __m256 x1 = _mm256_maskload_ps(x + c * x_stride + k16 + 8, m1);
+      for (int r = 0; r < R; ++r) {
+        const __m256 w0 = _mm256_maskload_ps(w + r * w_stride + k16, m0);
+        const __m256 w1 = _mm256_maskload_ps(w + r * w_stride + k16 + 8, m1);
+        acc[c][r][0] = _mm256_fmadd_ps(w0, x0, acc[c][r][0]);
+        acc[c][r][1] = _mm256_fmadd_ps(w1, x1, acc[c][r][1]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+}
+
+void float_tile_avx2(int R, int C, const float* w, int64_t w_stride, const float* x,
+                     int64_t x_stride, int64_t k, float* out) {
+  for (int c = 0; c < C; c += 2) {
+    for (int r = 0; r < R; r += 2) {
+      const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
+      const float* wr = w + r * w_stride;
+      const float* xc = x + c * x_stride;
+      float* o = out + c * R + r;
+      if (rr == 2 && cc == 2) float_subtile<2, 2>(wr, w_stride, xc, x_stride, k, o, R);
+      if (rr == 2 && cc == 1) float_subtile<2, 1>(wr, w_stride, xc, x_stride, k, o, R);
+      if (rr == 1 && cc == 2) float_subtile<1, 2>(wr, w_stride, xc, x_stride, k, o, R);
+      if (rr == 1 && cc == 1) float_subtile<1, 1>(wr, w_stride, xc, x_stride, k, o, R);
+    }
+  }
+}
+
+void widen_avx2(DType t, const uint8_t* src, int64_t k, float* dst) {
+  const int64_t k8 = k / 8 * 8;
+  if (t == DType::F16) {
+    // vcvtph2ps is exact (it only quiets signalling NaNs; outputs are
+    // NaN-canonicalised anyway).
+    for (int64_t i = 0; i < k8; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+  } else if (t == DType::BF16) {
+    for (int64_t i = 0; i < k8; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+      _mm256_storeu_ps(dst + i,
+                       _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+  } else {
+    widen_scalar(t, src, k, dst);
+    return;
+  }
+  if (k8 < k) widen_scalar(t, src + 2 * k8, k - k8, dst + k8);
+}
+
+}  // namespace
+
+const IsaKernels& avx2_kernels() {
+  static const IsaKernels k{quantize_act_avx2, decode_avx2,     int_tile_avx2,
+                            min_term_avx2,     float_tile_avx2, widen_avx2};
+  return k;
+}
+
+}  // namespace encore::kernels::mm

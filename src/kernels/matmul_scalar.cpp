@@ -1,0 +1,253 @@
+// The scalar twin of the matmul kernels: the canonical order of
+// matmul_internal.h written as plain loops. It defines the numbers; the SIMD
+// tables must reproduce them bit for bit. Also holds the exact weight
+// decoders that the SIMD tables reuse for the rarer types.
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/canonical.h"
+#include "kernels/fp16.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/quants.h"
+#include "kernels/quants_internal.h"
+
+namespace encore::kernels::mm {
+
+bool is_int_type(DType t) {
+  switch (t) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_signed_type(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q5_0 || t == DType::Q6_K;
+}
+
+bool has_min(DType t) {
+  return t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K;
+}
+
+void quantize_group_scalar(const float* x, uint32_t ab, int8_t* q, float* da, float* asum) {
+  if (ab >= kInfBits || ab < kTinyBits) {
+    std::memset(q, 0, kGroup);
+    *da = ab >= kInfBits ? std::bit_cast<float>(kCanonNanBits) : 0.0f;
+    *asum = *da;
+    return;
+  }
+  const float d = std::bit_cast<float>(ab) / 127.0f;
+  const float id = 1.0f / d;
+  int sum = 0;
+  for (int k = 0; k < kGroup; ++k) {
+    const int v = static_cast<int>(std::nearbyint(x[k] * id));
+    q[k] = static_cast<int8_t>(v);
+    sum += v;
+  }
+  *da = d;
+  *asum = d * static_cast<float>(sum);
+}
+
+namespace {
+
+void quantize_act_scalar(const float* x, int64_t k, const ActRows& a, int64_t i) {
+  int8_t* q = a.q + i * a.kp;
+  float* d = a.d + i * (a.kp / kGroup);
+  float* s = a.asum + i * (a.kp / kGroup);
+  for (int64_t g = 0; g < k / kGroup; ++g) {
+    uint32_t ab = 0;
+    for (int j = 0; j < kGroup; ++j) {
+      const uint32_t b = std::bit_cast<uint32_t>(x[g * kGroup + j]) & 0x7fffffffu;
+      ab = b > ab ? b : ab;
+    }
+    quantize_group_scalar(x + g * kGroup, ab, q + g * kGroup, d + g, s + g);
+  }
+}
+
+uint16_t rd16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+}  // namespace
+
+void decode_scalar(DType t, const uint8_t* src, int64_t k, const DecRows& dr, int64_t r) {
+  int8_t* w = dr.w + r * dr.kp;
+  float* ws = dr.ws + r * (dr.kp / 16);
+  float* wm = dr.wm != nullptr ? dr.wm + r * (dr.kp / kGroup) : nullptr;
+  using internal::load_block;
+  const int64_t nb32 = k / 32, nb256 = k / 256;
+  switch (t) {
+    case DType::Q8_0:
+      for (int64_t b = 0; b < nb32; ++b) {
+        const auto blk = load_block<BlockQ8_0>(src + b * sizeof(BlockQ8_0));
+        std::memcpy(w + 32 * b, blk.qs, 32);
+        ws[2 * b] = ws[2 * b + 1] = fp16_to_f32(blk.d);
+      }
+      return;
+    case DType::Q4_0:
+      for (int64_t b = 0; b < nb32; ++b) {
+        const auto blk = load_block<BlockQ4_0>(src + b * sizeof(BlockQ4_0));
+        for (int j = 0; j < 16; ++j) {
+          w[32 * b + j] = static_cast<int8_t>((blk.qs[j] & 15) - 8);
+          w[32 * b + j + 16] = static_cast<int8_t>((blk.qs[j] >> 4) - 8);
+        }
+        ws[2 * b] = ws[2 * b + 1] = fp16_to_f32(blk.d);
+      }
+      return;
+    case DType::Q4_1:
+      for (int64_t b = 0; b < nb32; ++b) {
+        const auto blk = load_block<BlockQ4_1>(src + b * sizeof(BlockQ4_1));
+        for (int j = 0; j < 16; ++j) {
+          w[32 * b + j] = static_cast<int8_t>(blk.qs[j] & 15);
+          w[32 * b + j + 16] = static_cast<int8_t>(blk.qs[j] >> 4);
+        }
+        ws[2 * b] = ws[2 * b + 1] = fp16_to_f32(blk.d);
+        wm[b] = fp16_to_f32(blk.m);
+      }
+      return;
+    case DType::Q5_0:
+    case DType::Q5_1:
+      for (int64_t b = 0; b < nb32; ++b) {
+        const bool q51 = t == DType::Q5_1;
+        const size_t bytes = q51 ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
+        uint8_t qs[16];
+        uint32_t qh;
+        const uint8_t* p = src + b * bytes;
+        const int off = q51 ? 4 : 2;
+        std::memcpy(&qh, p + off, 4);
+        std::memcpy(qs, p + off + 4, 16);
+        const int bias = q51 ? 0 : 16;
+        for (int j = 0; j < 16; ++j) {
+          const int lo = (qs[j] & 15) | static_cast<int>(((qh >> j) & 1u) << 4);
+          const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+          w[32 * b + j] = static_cast<int8_t>(lo - bias);
+          w[32 * b + j + 16] = static_cast<int8_t>(hi - bias);
+        }
+        ws[2 * b] = ws[2 * b + 1] = fp16_to_f32(rd16(p));
+        if (q51) wm[b] = fp16_to_f32(rd16(p + 2));
+      }
+      return;
+    case DType::Q4_K:
+    case DType::Q5_K:
+      for (int64_t b = 0; b < nb256; ++b) {
+        const bool q5 = t == DType::Q5_K;
+        const uint8_t* p = src + b * (q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+        const float d = fp16_to_f32(rd16(p)), dmin = fp16_to_f32(rd16(p + 2));
+        const uint8_t* scales = p + 4;
+        const uint8_t* qh = p + 16;
+        const uint8_t* qs = p + (q5 ? 48 : 16);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc, mn;
+          get_scale_min_k4(j, scales, &sc, &mn);
+          ws[16 * b + 2 * j] = ws[16 * b + 2 * j + 1] = d * static_cast<float>(sc);
+          wm[8 * b + j] = -(dmin * static_cast<float>(mn));
+        }
+        int8_t* o = w + 256 * b;
+        for (int c = 0; c < 4; ++c) {
+          for (int l = 0; l < 32; ++l) {
+            int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
+            if (q5) {
+              lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+              hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+            }
+            o[64 * c + l] = static_cast<int8_t>(lo);
+            o[64 * c + 32 + l] = static_cast<int8_t>(hi);
+          }
+        }
+      }
+      return;
+    case DType::Q6_K:
+      for (int64_t b = 0; b < nb256; ++b) {
+        const auto blk = load_block<BlockQ6_K>(src + b * sizeof(BlockQ6_K));
+        const float d = fp16_to_f32(blk.d);
+        for (int i = 0; i < 16; ++i) ws[16 * b + i] = d * static_cast<float>(blk.scales[i]);
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* ql = blk.ql + 64 * h;
+          const uint8_t* qh = blk.qh + 32 * h;
+          int8_t* o = w + 256 * b + 128 * h;
+          for (int l = 0; l < 32; ++l) {
+            o[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+            o[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            o[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            o[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+          }
+        }
+      }
+      return;
+    default:
+      return;  // not an integer type: the caller never asks
+  }
+}
+
+void widen_scalar(DType t, const uint8_t* src, int64_t k, float* dst) {
+  if (t == DType::F16) {
+    for (int64_t i = 0; i < k; ++i) dst[i] = fp16_to_f32(rd16(src + 2 * i));
+  } else if (t == DType::BF16) {
+    for (int64_t i = 0; i < k; ++i) dst[i] = bf16_to_f32(rd16(src + 2 * i));
+  } else {
+    dequantize_row(t, src, dst, k);  // F32 copy, or the fallback for other types
+  }
+}
+
+float min_term_scalar(const float* wm, const float* asum, int64_t n_groups) {
+  float accm[8] = {};
+  for (int64_t g = 0; g < n_groups; ++g) accm[g % 8] = std::fma(wm[g], asum[g], accm[g % 8]);
+  const float s0 = accm[0] + accm[4], s1 = accm[1] + accm[5];
+  const float s2 = accm[2] + accm[6], s3 = accm[3] + accm[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+namespace {
+
+void int_tile_scalar(int R, int C, bool, const DecRows& dr, int64_t r0, const ActRows& a,
+                     int64_t i0, float* out) {
+  const int64_t n_groups = a.kp / kGroup;
+  for (int c = 0; c < C; ++c) {
+    const int8_t* q = a.q + (i0 + c) * a.kp;
+    const float* da = a.d + (i0 + c) * n_groups;
+    for (int r = 0; r < R; ++r) {
+      const int8_t* w = dr.w + (r0 + r) * dr.kp;
+      const float* ws = dr.ws + (r0 + r) * (dr.kp / 16);
+      float acc[16] = {};
+      for (int64_t g = 0; g < n_groups; ++g) {
+        for (int l = 0; l < 8; ++l) {
+          int32_t p = 0;
+          for (int k = 0; k < 4; ++k) p += int32_t{w[32 * g + 4 * l + k]} * q[32 * g + 4 * l + k];
+          const float s = ws[2 * g + l / 4] * da[g];
+          float& lane = acc[8 * (g % 2) + l];
+          lane = std::fma(static_cast<float>(p), s, lane);
+        }
+      }
+      out[c * R + r] = reduce16(acc);
+    }
+  }
+}
+
+void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const float* x,
+                       int64_t x_stride, int64_t k, float* out) {
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r)
+      out[c * R + r] = dot_canonical(w + r * w_stride, x + c * x_stride, k);
+  }
+}
+
+}  // namespace
+
+const IsaKernels& scalar_kernels() {
+  static const IsaKernels k{quantize_act_scalar, decode_scalar,     int_tile_scalar,
+                            min_term_scalar,     float_tile_scalar, widen_scalar};
+  return k;
+}
+
+}  // namespace encore::kernels::mm

@@ -1,0 +1,64 @@
+// `encore bench` and the numerics flags of `encore run` (--kv-type, --isa,
+// -b) end to end.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "shared_data.h"
+
+namespace encore::test {
+namespace {
+
+TEST(CliBench, JsonHasEveryFieldAndSaneValues) {
+  ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
+  const CliResult r = run_encore({"bench", "-m", model, "-t", "2", "-p", "64", "-n", "4",
+                                  "--batch", "8", "--bw-mib", "32", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* key : {"prefill_tok_s", "decode_tok_s", "decode_batch8_tok_s", "bandwidth_gb_s",
+                          "roofline_tok_s", "peak_fma_gflops", "prefill_gops"}) {
+    ASSERT_TRUE(j.contains(key)) << key << " missing in " << r.out;
+    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+  }
+  // The model's matrices: 5 layers x 7 of them plus the tied output, F32.
+  ASSERT_TRUE(j.contains("weight_bytes_per_token"));
+  EXPECT_GT(j["weight_bytes_per_token"].get<uint64_t>(), 500'000u);
+  EXPECT_EQ(j["prefill_tokens"], 64);
+}
+
+TEST(CliBench, TableAndBadFlags) {
+  ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
+  const CliResult r =
+      run_encore({"bench", "-m", model, "-t", "1", "-p", "16", "-n", "2", "--bw-mib", "16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("roofline tok/s"), std::string::npos) << r.out;
+  const CliResult bad = run_encore({"bench", "-m", model, "--isa", "sse9"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("scalar, avx2 or avx512"), std::string::npos) << bad.err;
+}
+
+// Outputs are identical for every ISA and prefill chunk size, and --kv-type
+// is accepted as f16/f32 only.
+TEST(CliRun, IsaAndBatchSizeDoNotChangeTheOutput) {
+  ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
+  std::string first;
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    for (const char* b : {"1", "3", "512"}) {
+      const CliResult r = run_encore({"run", "-m", model, "-p", "Once upon a time there was",
+                                      "-n", "24", "--temp", "0.9", "--seed", "7", "--isa", isa,
+                                      "-b", b, "--json"});
+      if (r.exit_code != 0 && r.err.find("does not support") != std::string::npos) continue;
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const std::string ids = nlohmann::json::parse(r.out)["ids"].dump();
+      if (first.empty()) first = ids;
+      EXPECT_EQ(ids, first) << "isa " << isa << " -b " << b;
+    }
+  }
+  const CliResult bad = run_encore({"run", "-m", model, "-n", "1", "--kv-type", "q8"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("expected f16 or f32"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace encore::test

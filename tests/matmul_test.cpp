@@ -1,0 +1,237 @@
+// matmul (src/kernels/matmul.h): every ISA equals the scalar twin bit for bit,
+// results do not depend on the batch size, the batch's other rows or the
+// thread count, the numbers are accurate, and odd inputs do not crash.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "encore/dtype.h"
+#include "encore/isa.h"
+#include "encore/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/quants.h"
+
+namespace encore::kernels {
+namespace {
+
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                        DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+const Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+
+bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// Column counts to try per type: block multiples, plus float tails.
+std::vector<int64_t> cols_for(DType t) {
+  if (is_k_quant(t)) return {256, 768};
+  if (is_float(t)) return {8, 67, 172, 256};
+  return {32, 96, 288};
+}
+
+struct Weights {
+  DType type;
+  int64_t rows, cols;
+  std::vector<float> storage;  // float-aligned backing bytes
+  WeightView view;
+};
+
+Weights make_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Weights w{t, rows, cols, {}, {}};
+  const size_t row_bytes = dtype_row_bytes(t, static_cast<uint64_t>(cols));
+  w.storage.resize((row_bytes * rows + 3) / 4 + 1);
+  auto* bytes = reinterpret_cast<uint8_t*>(w.storage.data());
+  std::vector<float> src(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : src) v = nd(rng);
+    quantize_row(t, src.data(), bytes + r * row_bytes, cols);
+  }
+  w.view = WeightView{t, bytes, rows, cols, row_bytes};
+  return w;
+}
+
+std::vector<float> make_acts(int64_t m, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * cols));
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
+
+std::vector<float> run(const Weights& w, const std::vector<float>& x, int64_t m, Isa isa,
+                       ThreadPool* pool = nullptr) {
+  std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
+  matmul(w.view, x.data(), y.data(), m, pool, isa);
+  return y;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Matmul, EveryIsaEqualsScalarTwin) {
+  for (DType t : kTypes) {
+    for (int64_t cols : cols_for(t)) {
+      const Weights w = make_weights(t, 13, cols, 1);
+      const int64_t m = 6;
+      const auto x = make_acts(m, cols, 2);
+      const auto ref = run(w, x, m, Isa::Scalar);
+      for (Isa isa : kIsas) {
+        if (!isa_supported(isa)) continue;
+        EXPECT_TRUE(same_bits(run(w, x, m, isa), ref))
+            << dtype_name(t) << " cols=" << cols << " isa=" << isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(Matmul, BatchInvariance) {
+  const int64_t ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33};
+  for (DType t : kTypes) {
+    const int64_t cols = cols_for(t).back();
+    const Weights w = make_weights(t, 11, cols, 3);
+    const auto x = make_acts(33, cols, 4);
+    for (Isa isa : kIsas) {
+      if (!isa_supported(isa)) continue;
+      // The m = 1 result of each activation row.
+      std::vector<float> single(static_cast<size_t>(33 * w.rows));
+      for (int64_t i = 0; i < 33; ++i) {
+        std::vector<float> xi(x.begin() + i * cols, x.begin() + (i + 1) * cols);
+        const auto yi = run(w, xi, 1, isa);
+        std::copy(yi.begin(), yi.end(), single.begin() + i * w.rows);
+      }
+      for (int64_t m : ms) {
+        // Batch rows start at an offset so that each row meets different
+        // neighbours than in other batches.
+        const int64_t off = (m * 7) % (34 - m);
+        std::vector<float> xb(x.begin() + off * cols, x.begin() + (off + m) * cols);
+        const auto y = run(w, xb, m, isa);
+        EXPECT_EQ(std::memcmp(y.data(), single.data() + off * w.rows, y.size() * sizeof(float)), 0)
+            << dtype_name(t) << " m=" << m << " isa=" << isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(Matmul, ThreadCountInvariance) {
+  ThreadPool p1(1), p2(2), p3(3);
+  for (DType t : kTypes) {
+    const int64_t cols = is_float(t) ? 172 : 512;
+    const Weights w = make_weights(t, 37, cols, 5);  // 37 * 512 * 5 > kMinParallelWork
+    const auto x = make_acts(5, cols, 6);
+    for (Isa isa : kIsas) {
+      if (!isa_supported(isa)) continue;
+      const auto ref = run(w, x, 5, isa, nullptr);
+      for (ThreadPool* p : {&p1, &p2, &p3}) {
+        EXPECT_TRUE(same_bits(run(w, x, 5, isa, p), ref))
+            << dtype_name(t) << " threads=" << p->size() << " isa=" << isa_name(isa);
+      }
+    }
+  }
+}
+
+// Accuracy against a double dot over the dequantised weights and the original
+// float activations. Float types: |err| <= 1e-5 * sum|w x| (a few float
+// roundings per term). Integer types: each activation is rounded to a step of
+// da = amax_g / 127 of its 32-value group, so |err| <= sum_k |w_k| * amax_g /
+// 254; we allow that bound * 1.01 + 1e-5 * sum|w x| for the float sums.
+TEST(Matmul, AccuracyAgainstDouble) {
+  for (DType t : kTypes) {
+    const int64_t cols = cols_for(t).back();
+    const Weights w = make_weights(t, 9, cols, 7);
+    const int64_t m = 3;
+    const auto x = make_acts(m, cols, 8);
+    const auto y = run(w, x, m, isa_supported(Isa::Avx512) ? Isa::Avx512 : Isa::Scalar);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      get_row(w.view, r, row.data());
+      for (int64_t i = 0; i < m; ++i) {
+        const float* xi = x.data() + i * cols;
+        double ref = 0, l1 = 0, qbound = 0;
+        for (int64_t k = 0; k < cols; ++k) {
+          ref += static_cast<double>(row[k]) * xi[k];
+          l1 += std::fabs(static_cast<double>(row[k]) * xi[k]);
+        }
+        if (!is_float(t)) {
+          for (int64_t g = 0; g < cols / 32; ++g) {
+            double amax = 0, wsum = 0;
+            for (int k = 0; k < 32; ++k) {
+              amax = std::max(amax, std::fabs(static_cast<double>(xi[32 * g + k])));
+              wsum += std::fabs(static_cast<double>(row[32 * g + k]));
+            }
+            qbound += wsum * amax / 254.0;
+          }
+        }
+        const double tol = qbound * 1.01 + 1e-5 * l1;
+        EXPECT_LE(std::fabs(y[i * w.rows + r] - ref), tol)
+            << dtype_name(t) << " r=" << r << " i=" << i << " ref=" << ref;
+      }
+    }
+  }
+}
+
+TEST(Matmul, EdgeValuesAreIdenticalAcrossIsas) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : kTypes) {
+    const int64_t cols = is_k_quant(t) ? 512 : 256;
+    const Weights w = make_weights(t, 6, cols, 9);
+    const int64_t m = 7;
+    auto x = make_acts(m, cols, 10);
+    for (int64_t k = 0; k < cols; ++k) {
+      x[0 * cols + k] = 0.0f;                              // all-zero row
+      if (k < 64) x[1 * cols + k] = 0.0f;                  // zero groups
+      x[2 * cols + k] *= 1e30f;                            // huge
+      x[3 * cols + k] *= (k % 64 < 32) ? 1e-30f : 1e-42f;  // tiny, subnormal
+    }
+    x[4 * cols + 5] = nan;
+    x[5 * cols + 40] = inf;
+    x[6 * cols + 1] = -inf;
+    x[6 * cols + 2] = inf;
+    const auto ref = run(w, x, m, Isa::Scalar);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      EXPECT_EQ(ref[0 * w.rows + r], 0.0f) << dtype_name(t);
+      EXPECT_TRUE(std::isnan(ref[4 * w.rows + r])) << dtype_name(t);
+      EXPECT_FALSE(std::isfinite(ref[6 * w.rows + r])) << dtype_name(t);
+      EXPECT_TRUE(std::isfinite(ref[2 * w.rows + r])) << dtype_name(t);
+      if (!is_float(t)) {
+        EXPECT_TRUE(std::isnan(ref[5 * w.rows + r])) << dtype_name(t);
+      }
+    }
+    for (Isa isa : kIsas) {
+      if (!isa_supported(isa)) continue;
+      EXPECT_TRUE(same_bits(run(w, x, m, isa), ref)) << dtype_name(t) << " " << isa_name(isa);
+    }
+  }
+}
+
+TEST(Matmul, OddShapes) {
+  for (Isa isa : kIsas) {
+    if (!isa_supported(isa)) continue;
+    for (DType t : {DType::F32, DType::Q8_0, DType::Q4_K}) {
+      const int64_t cols = t == DType::F32 ? 1 : 256;
+      const Weights w = make_weights(t, 1, cols, 11);
+      const auto x = make_acts(1, cols, 12);
+      const auto ref = run(w, x, 1, Isa::Scalar);
+      EXPECT_TRUE(same_bits(run(w, x, 1, isa), ref));
+    }
+  }
+}
+
+TEST(Matmul, UnsupportedTypeThrows) {
+  const uint8_t bytes[256] = {};
+  const WeightView w{DType::IQ2_XXS, bytes, 1, 256, 66};
+  float x[256] = {}, y[1];
+  EXPECT_ANY_THROW(matmul(w, x, y, 1, nullptr, Isa::Scalar));
+}
+
+}  // namespace
+}  // namespace encore::kernels
