@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Every test: set up, build (Release), run the whole ctest suite (labels unit,
+# invariance,
 # data, cli and heavy: the 1b synth preset in every type), then the unit tests
 # again under ASan+UBSan, then the GGUF and tokenizer fuzzers for a bounded time.
 #   SHARED_DIR=/path/to/shared scripts/test.sh   (default: ../shared beside the repo)

@@ -154,17 +154,21 @@ void check_model(const std::string& path, DType kv_type) {
   const std::vector<int> backward = {7, 6, 5, 4, 3, 2, 1, 0};
   const std::vector<int> shuffled = {3, 7, 0, 5, 2, 6, 1, 4};
   const std::vector<int> mixed_chunks = {1, 7, 64, 3, 90, 1, 16, 5};
+  // Every schedule on every ISA with 2 threads; 1 and 3 threads on the
+  // schedule that mixes the most (enough to vary the thread split of every
+  // kernel without multiplying the run time).
   for (Isa isa : isas()) {
-    for (int threads : {1, 2, 3}) {
+    for (int threads : {2, 1, 3}) {
       const std::string tag = std::string(isa_name(isa)) + " t" + std::to_string(threads);
-      for (int chunk : {1, 7, 64, 0}) {
-        expect_same(ref, run_schedule(*model, tokens, alone(tokens, chunk), threads, isa, kv_type),
-                    tag + " alone chunk " + std::to_string(chunk));
-      }
       expect_same(ref,
                   run_schedule(*model, tokens, together(tokens, forward, mixed_chunks), threads,
                                isa, kv_type),
                   tag + " 8 together, mixed chunks");
+      if (threads != 2) continue;
+      for (int chunk : {1, 7, 64, 0}) {
+        expect_same(ref, run_schedule(*model, tokens, alone(tokens, chunk), threads, isa, kv_type),
+                    tag + " alone chunk " + std::to_string(chunk));
+      }
       expect_same(ref,
                   run_schedule(*model, tokens,
                                together(tokens, backward, std::vector<int>(kSeqs, 1)), threads,
@@ -175,7 +179,7 @@ void check_model(const std::string& path, DType kv_type) {
                                together(tokens, shuffled, std::vector<int>(kSeqs, 7)), threads,
                                isa, kv_type),
                   tag + " 8 together chunk 7, shuffled");
-      // A sequence with 1..7 companions.
+      // A sequence with 1, 4 and 7 companions.
       for (int n = 2; n <= kSeqs; n += 3) {
         const std::vector<int> some(shuffled.begin(), shuffled.begin() + n);
         expect_same(ref,

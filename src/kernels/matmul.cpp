@@ -5,6 +5,12 @@
 // matmul_{scalar,avx2,avx512}.cpp tables; nothing here touches a sum, so the
 // blocking and the thread split never change a bit of the result.
 #include "kernels/matmul.h"
+#ifndef ENCORE_PF_ROWS
+#define ENCORE_PF_ROWS 16
+#endif
+#ifndef ENCORE_PF_LOC
+#define ENCORE_PF_LOC 2
+#endif
 
 #include <algorithm>
 #include <bit>
@@ -42,6 +48,20 @@ inline float canon(float v) { return std::isnan(v) ? std::bit_cast<float>(mm::kC
 // Weight rows decoded per block: small for decode-sized batches (the block
 // stays in L1 while its few activation rows pass over it), larger for
 // prefill so each decoded row is reused by every activation row while in L2.
+// Weight rows are streamed from memory once per call. The hardware
+// prefetcher alone leaves the memory bus idle while a decoded block is being
+// multiplied, so each row asks for the row kPrefetchRows ahead (only speed
+// depends on this).
+constexpr int64_t kPrefetchRows = ENCORE_PF_ROWS;
+
+void prefetch_row(const WeightView& w, int64_t row, int64_t end) {
+  if (row >= end) return;
+  const uint8_t* p = w.data + static_cast<size_t>(row) * w.row_bytes;
+  for (size_t off = 0; off < w.row_bytes; off += 64) __builtin_prefetch(p + off, 0, ENCORE_PF_LOC);
+}
+
+constexpr int64_t kDirectMaxM = 8;
+
 int64_t rows_per_block(int64_t m) { return m <= 8 ? 4 : 16; }
 
 void run_parallel(int64_t rows, int64_t work, ThreadPool* pool, const ThreadPool::RangeFn& fn) {
@@ -67,7 +87,35 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   for (int64_t i = 0; i < m; ++i) kt.quantize_act(x + i * cols, cols, act, i);
 
   const int64_t rb_rows = rows_per_block(m);
+  // Small batches (decode) read Q8_0 blocks in place where the ISA can: the
+  // weights are then read once, interleaved with the arithmetic.
+  const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type) && m <= kDirectMaxM;
   auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
+    if (direct) {
+      float out[mm::kMaxTileR * mm::kMaxTileC];
+      // wm of the tile's rows (types with an offset): [kMaxTileR, cols / 32]
+      std::vector<float> wm(with_min ? static_cast<size_t>(mm::kMaxTileR * (cols / mm::kGroup)) : 0);
+      for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
+        const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
+        for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
+          const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
+          kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
+                         w.row_bytes, cols, act, i0, out, wm.data());
+          for (int c = 0; c < C; ++c) {
+            for (int r = 0; r < R; ++r) {
+              float v = out[c * R + r];
+              // The padding groups past cols add nothing to accm (wm = asum = 0).
+              if (with_min) {
+                v += kt.min_term(wm.data() + r * (cols / mm::kGroup),
+                                 act.asum + (i0 + c) * n_groups, cols / mm::kGroup);
+              }
+              y[(i0 + c) * rows + r0 + r] = canon(v);
+            }
+          }
+        }
+      }
+      return;
+    }
     // This chunk's decoded weight rows, zero-padded like the activations.
     std::vector<int8_t> dec_w(static_cast<size_t>(rb_rows * kp));  // [rb_rows, kp]
     std::vector<float> dec_f(static_cast<size_t>(rb_rows * (kp / 16 + n_groups)));
@@ -78,6 +126,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
     for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
       const int64_t nr = std::min(rb_rows, r_end - rb);
       for (int64_t r = 0; r < nr; ++r) {
+        prefetch_row(w, rb + r + kPrefetchRows, r_end);
         kt.decode(w.type, w.data + static_cast<size_t>(rb + r) * w.row_bytes, cols, dec, r);
       }
       for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {

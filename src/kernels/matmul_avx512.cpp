@@ -23,6 +23,12 @@
 namespace encore::kernels::mm {
 namespace {
 
+#ifndef ENCORE_PF_ROWS2
+#define ENCORE_PF_ROWS2 16
+#endif
+// How far ahead (in weight rows) the direct kernels prefetch; speed only.
+constexpr size_t kPrefetchRows = ENCORE_PF_ROWS2;
+
 // reduce16 of canonical.h on one register: acc[l] + acc[l + 8], then
 // s[l] + s[l + 4], then (s[0] + s[2]) + (s[1] + s[3]).
 inline float reduce16(__m512 a) {
@@ -79,6 +85,192 @@ void int_tile_t(const DecRows& dr, int64_t r0, const ActRows& a, int64_t i0, flo
   }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+}
+
+// int_tile_t<R, C, true> for Q8_0 without the decode pass: the int8 values
+// and fp16 scales come straight from the blocks (34 bytes: d, qs[32]), two
+// blocks per register. ws lanes are [d(2t) x8, d(2t+1) x8], which is what
+// int_tile_t builds from the decoded ws; an odd last block runs with a zero
+// upper half (w = 0, ws = 0: the fma leaves those lanes as they are, exactly
+// as the zero padding does), and the padding itself is skipped (a no-op).
+template <int R, int C>
+void q8_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
+                 float* out) {
+  constexpr size_t kB = 34;  // sizeof(BlockQ8_0)
+  const int64_t ng = a.kp / kGroup, nb = k / kGroup;
+  const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i idx_da = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 acc[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+  auto pair = [&](int64_t b, bool has_hi) {
+    __m512i wv[R], base[R];
+    __m512 sc[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b * kB;
+      // The same bytes kPrefetchRows rows further on: a steady trickle of
+      // prefetches keeps the memory bus busy without bursts (prefetches
+      // never fault, so running past the matrix end is harmless).
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchRows * row_bytes), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchRows * row_bytes + 64), _MM_HINT_T0);
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      uint16_t d0, d1 = 0;
+      __builtin_memcpy(&d0, p, 2);
+      __m256i hi = _mm256_setzero_si256();
+      if (has_hi) {
+        hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kB + 2));
+        __builtin_memcpy(&d1, p + kB, 2);
+      }
+      wv[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      base[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, wv[r]));
+      const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | (uint32_t{d1} << 16))));
+      sc[r] = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d));
+    }
+    for (int c = 0; c < C; ++c) {
+      const int8_t* q = a.q + (i0 + c) * a.kp + b * kGroup;
+      const __m512i qv = _mm512_xor_si512(_mm512_loadu_si512(q), k80);
+      const __m128 d2 =
+          _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.d + (i0 + c) * ng + b)));
+      const __m512 dac = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d2));
+      for (int r = 0; r < R; ++r) {
+        const __m512i p = _mm512_dpbusd_epi32(base[r], qv, wv[r]);
+        acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sc[r], dac), acc[c][r]);
+      }
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) pair(b, true);
+  if (b < nb) pair(b, false);
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+}
+
+// int_tile_t<R, C, false> for Q4_K without the decode pass. Per super-block
+// the 6-bit scales and mins are unpacked with integer ops (the same values
+// get_scale_min_k4 gives), ws_j = d * sc_j and wm_j = -(dmin * m_j) as
+// decode computes them (exact products), and chunk c (32 bytes: low nibbles
+// = group 2c, high nibbles = group 2c + 1) is one register.
+template <int R, int C>
+void q4_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
+                 float* out, float* wm) {
+  constexpr size_t kB = 144;  // sizeof(BlockQ4_K)
+  const int64_t ng = a.kp / kGroup, nsb = k / 256;
+  const __m512i m4x = _mm512_set1_epi8(0x0f);
+  const __m512i idx_da = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512i idx_ws[4];
+  for (int c = 0; c < 4; ++c) {
+    idx_ws[c] = _mm512_add_epi32(idx_da, _mm512_set1_epi32(2 * c));
+  }
+  __m512 acc[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nsb; ++b) {
+    __m256 ws8[R];  // [8] d * sc_j of this super-block, per row
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b * kB;
+      const char* ahead = reinterpret_cast<const char*>(p + kPrefetchRows * row_bytes);
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      uint16_t dh, mh;
+      uint32_t u[3];
+      __builtin_memcpy(&dh, p, 2);
+      __builtin_memcpy(&mh, p + 2, 2);
+      __builtin_memcpy(u, p + 4, 12);
+      // sc_0..3 = low 6 bits of bytes 0..3; m_0..3 = low 6 bits of bytes 4..7;
+      // sc_4..7 = low nibble of bytes 8..11 | top 2 bits of bytes 0..3 << 4;
+      // m_4..7 = high nibble of bytes 8..11 | top 2 bits of bytes 4..7 << 4.
+      const uint32_t sc_lo = u[0] & 0x3f3f3f3fu;
+      const uint32_t m_lo = u[1] & 0x3f3f3f3fu;
+      const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+      const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dh | (uint32_t{mh} << 16))));
+      const __m256 d = _mm256_broadcastss_ps(dm);
+      const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+      const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | (uint64_t{sc_hi} << 32)))));
+      const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_cvtsi64_si128(static_cast<int64_t>(m_lo | (uint64_t{m_hi} << 32)))));
+      ws8[r] = _mm256_mul_ps(d, scf);
+      // -(dmin * m): the negation is exact, so xor the sign of the product.
+      _mm256_storeu_ps(wm + r * (k / kGroup) + 8 * b,
+                       _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f)));
+    }
+    // ws_j * da_j for the super-block's 8 groups, per (activation, weight)
+    // row pair: the same rounded products int_tile_t forms lane by lane.
+    __m256 sd[C][R];
+    for (int c = 0; c < C; ++c) {
+      const __m256 da8 = _mm256_loadu_ps(a.d + (i0 + c) * ng + 8 * b);
+      for (int r = 0; r < R; ++r) sd[c][r] = _mm256_mul_ps(ws8[r], da8);
+    }
+    for (int ch = 0; ch < 4; ++ch) {
+      __m512i wv[R];
+      for (int r = 0; r < R; ++r) {
+        // Both halves get the 32 bytes; the upper half is shifted to its
+        // high nibbles, then both are masked to 4 bits.
+        const uint8_t* qs = w + r * row_bytes + b * kB + 16 + 32 * ch;
+        const __m512i v = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
+        wv[r] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xffff0000u, v, 4), m4x);
+      }
+      const int64_t g = 8 * b + 2 * ch;  // first group of this register
+      for (int c = 0; c < C; ++c) {
+        const __m512i qv = _mm512_loadu_si512(a.q + (i0 + c) * a.kp + g * kGroup);
+        for (int r = 0; r < R; ++r) {
+          const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], qv);
+          const __m512 scale = _mm512_permutexvar_ps(idx_ws[ch], _mm512_castps256_ps512(sd[c][r]));
+          acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[c][r]);
+        }
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+}
+
+using DirectFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
+                          float*);
+
+template <int R, int C>
+void q8_0_direct(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
+                 float*) {
+  q8_0_tile_t<R, C>(w, rb, k, a, i0, out);
+}
+
+template <template <int, int> class F, int R, int... Cs>
+constexpr auto drow_of(std::integer_sequence<int, Cs...>) {
+  return std::array<DirectFn, sizeof...(Cs)>{&F<R, Cs + 1>::run...};
+}
+
+template <int R, int C>
+struct Q8Direct {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
+                  float* out, float* wm) {
+    q8_0_direct<R, C>(w, rb, k, a, i0, out, wm);
+  }
+};
+template <int R, int C>
+struct Q4KDirect {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
+                  float* out, float* wm) {
+    q4_k_tile_t<R, C>(w, rb, k, a, i0, out, wm);
+  }
+};
+
+template <template <int, int> class F>
+constexpr std::array<std::array<DirectFn, 4>, 4> direct_table() {
+  constexpr auto seq = std::make_integer_sequence<int, 4>{};
+  return {drow_of<F, 1>(seq), drow_of<F, 2>(seq), drow_of<F, 3>(seq), drow_of<F, 4>(seq)};
+}
+
+bool has_direct_avx512(DType t) { return t == DType::Q8_0 || t == DType::Q4_K; }
+
+void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
+                        const ActRows& a, int64_t i0, float* out, float* wm) {
+  static constexpr auto kQ8 = direct_table<Q8Direct>();
+  static constexpr auto kQ4K = direct_table<Q4KDirect>();
+  (t == DType::Q8_0 ? kQ8 : kQ4K)[R - 1][C - 1](w, row_bytes, k, a, i0, out, wm);
 }
 
 using IntTileFn = void (*)(const DecRows&, int64_t, const ActRows&, int64_t, float*);
@@ -145,6 +337,8 @@ const IsaKernels& avx512_kernels() {
     IsaKernels t = avx2_kernels();
     t.int_tile = int_tile_avx512;
     t.float_tile = float_tile_avx512;
+    t.has_direct = has_direct_avx512;
+    t.direct_tile = direct_tile_avx512;
     return t;
   }();
   return k;

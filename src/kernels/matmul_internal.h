@@ -105,6 +105,14 @@ struct IsaKernels {
                      int64_t x_stride, int64_t k, float* out);
   // Widens a row of F16/BF16 (exact) or F32 into dst: [k].
   void (*widen)(DType t, const uint8_t* src, int64_t k, float* dst);
+  // Optional (null, or false from has_direct = decode + int_tile): the
+  // int_tile result read straight from the blocks of R weight rows (starting
+  // at w, row_bytes apart, k values each), for small batches where decoding
+  // into a buffer first costs more than the dot products. Same operations,
+  // same bits. Types with an offset also write each row's wm: [R, k / 32].
+  bool (*has_direct)(DType t);
+  void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
+                      const ActRows& a, int64_t i0, float* out, float* wm);
 };
 
 const IsaKernels& scalar_kernels();

@@ -17,9 +17,10 @@ class ThreadPool;
 
 namespace encore::kernels {
 
-// Best-of-5 rate (GB/s, 1e9 bytes) at which the pool's threads together read
-// a buffer of `bytes` (pick it well above the last-level cache), each thread
-// streaming its own contiguous share, as the matmul kernels read weights.
+// Best rate (GB/s, 1e9 bytes) over 9 passes at which the pool's threads
+// together read a buffer of `bytes` (pick it well above the last-level
+// cache), each thread streaming its own contiguous share as the matmul
+// kernels read weights, with and without software prefetch.
 double measure_read_bandwidth(ThreadPool& threads, size_t bytes);
 
 // Peak float multiply-add throughput in GFLOP/s (2 flops per lane per FMA)
