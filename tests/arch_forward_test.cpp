@@ -35,6 +35,7 @@
 namespace encore {
 namespace {
 
+using test::Loaded;
 using test::synth_bytes;
 using Logits = std::vector<std::vector<double>>;  // [n_tokens][n_vocab]
 
@@ -68,13 +69,6 @@ double rel_diff(const std::vector<double>& a, const std::vector<double>& ref) {
   return max_diff / max_ref;
 }
 
-struct Loaded {
-  gguf::File file;
-  std::unique_ptr<Model> model;
-  explicit Loaded(std::vector<uint8_t> bytes)
-      : file(gguf::File::from_bytes(std::move(bytes), "synthetic.gguf")),
-        model(Model::load(file)) {}
-};
 
 // Engine logits after each of `tokens`, fed as a prompt of `prompt` tokens
 // and then one at a time: [n_tokens - prompt + 1][n_vocab] (the first row is

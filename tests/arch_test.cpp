@@ -26,6 +26,7 @@ namespace {
 
 using test::edited;
 using test::f32_bytes;
+using test::Loaded;
 using test::synth_bytes;
 using test::TempDir;
 
@@ -40,16 +41,6 @@ std::string load_error(const std::vector<uint8_t>& bytes) {
   return "<loaded>";
 }
 
-// A loaded model with the File it points into.
-struct Loaded {
-  gguf::File file;
-  std::unique_ptr<Model> model;
-  explicit Loaded(std::vector<uint8_t> bytes)
-      : file(gguf::File::from_bytes(std::move(bytes), "synthetic.gguf")),
-        model(Model::load(file)) {}
-  const HParams& hp() const { return model->hparams(); }
-  const ModelWeights& w() const { return model->weights(); }
-};
 
 TEST(Arch, SupportedArchitecturesAreListed) {
   EXPECT_EQ(supported_architectures(), (std::vector<std::string>{"llama", "qwen2", "qwen3"}));

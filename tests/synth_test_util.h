@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli_runner.h"
 #include "encore/gguf.h"
+#include "encore/model.h"
 #include "encore/synth.h"
 #include "encore/thread_pool.h"
 
@@ -86,5 +88,16 @@ inline std::vector<uint8_t> with_vectors_set(const std::vector<uint8_t>& bytes,
                               }
                             }});
 }
+
+// A loaded model with the File it points into.
+struct Loaded {
+  gguf::File file;
+  std::unique_ptr<Model> model;
+  explicit Loaded(std::vector<uint8_t> bytes)
+      : file(gguf::File::from_bytes(std::move(bytes), "synthetic.gguf")),
+        model(Model::load(file)) {}
+  const HParams& hp() const { return model->hparams(); }
+  const ModelWeights& w() const { return model->weights(); }
+};
 
 }  // namespace encore::test
