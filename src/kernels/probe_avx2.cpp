@@ -20,11 +20,15 @@ float fma_loop_avx2(int64_t iters) {
 int32_t int8_loop_avx2(int64_t iters) {
   __m256i acc[kIntChains];
   for (int c = 0; c < kIntChains; ++c) acc[c] = _mm256_set1_epi32(c);
-  const __m256i u = _mm256_set1_epi8(3);
-  const __m256i s = _mm256_set1_epi8(-2);
+  __m256i u = _mm256_set1_epi8(3);
+  __m256i s = _mm256_set1_epi8(-2);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t i = 0; i < iters; ++i) {
     for (int c = 0; c < kIntChains; ++c) {
+      // Empty asm: the compiler must assume the operands changed, so it can
+      // neither hoist the multiplies out of the loop nor share them
+      // between chains.
+      __asm__("" : "+x"(u), "+x"(s));
       const __m256i p16 = _mm256_maddubs_epi16(u, s);
       acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(p16, ones));
     }
