@@ -60,8 +60,6 @@ void prefetch_row(const WeightView& w, int64_t row, int64_t end) {
   for (size_t off = 0; off < w.row_bytes; off += 64) __builtin_prefetch(p + off, 0, ENCORE_PF_LOC);
 }
 
-constexpr int64_t kDirectMaxM = 8;
-
 int64_t rows_per_block(int64_t m) { return m <= 8 ? 4 : 16; }
 
 void run_parallel(int64_t rows, int64_t work, ThreadPool* pool, const ThreadPool::RangeFn& fn) {
@@ -89,7 +87,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   const int64_t rb_rows = rows_per_block(m);
   // Small batches (decode) read Q8_0 blocks in place where the ISA can: the
   // weights are then read once, interleaved with the arithmetic.
-  const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type) && m <= kDirectMaxM;
+  const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type, m);
   auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
     if (direct) {
       float out[mm::kMaxTileR * mm::kMaxTileC];

@@ -250,6 +250,71 @@ void int_tile_avx2(int R, int C, bool w_signed, const DecRows& dr, int64_t r0, c
   }
 }
 
+// int_subtile<R, C, true> for Q8_0 read straight from the blocks (34 bytes:
+// fp16 d, qs[32]) instead of the decoded buffer, for small batches: block b
+// is group b, its ws lanes are all d, and it goes to acc[..][b % 2] exactly
+// as in int_subtile. The zero padding past k is skipped (it is a no-op).
+template <int R, int C>
+void q8_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
+                         int64_t i0, float* out, int ldo) {
+  constexpr size_t kB = 34;  // sizeof(BlockQ8_0)
+  // Prefetch distance in weight rows (speed only): a steady trickle of
+  // prefetches keeps the memory bus busy; prefetches never fault, so running
+  // past the matrix end is harmless.
+  constexpr size_t kAhead = 8;
+  const int64_t ng = a.kp / kGroup, nb = k / kGroup;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[C][R][2];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int h = static_cast<int>(b % 2);
+    __m256i wv[R], aw[R];
+    __m256 sc[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b * kB;
+      _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
+      wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      aw[r] = _mm256_abs_epi8(wv[r]);
+      uint16_t d;
+      __builtin_memcpy(&d, p, 2);
+      sc[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i qv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * b));
+      const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + b);
+      for (int r = 0; r < R; ++r) {
+        const __m256i p16 = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]));
+        const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+}
+
+// Up to 4 activation rows: beyond that the 2x2 sub-tiles would read each
+// block from cache more often than decoding it once costs.
+bool has_direct_avx2(DType t, int64_t m) { return t == DType::Q8_0 && m <= 4; }
+
+void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
+                      const ActRows& a, int64_t i0, float* out, float* /*wm*/) {
+  (void)t;  // only Q8_0 (has_direct_avx2)
+  for (int c = 0; c < C; c += 2) {
+    for (int r = 0; r < R; r += 2) {
+      const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
+      float* o = out + c * R + r;
+      const uint8_t* wr = w + static_cast<size_t>(r) * row_bytes;
+      if (rr == 2 && cc == 2) q8_0_direct_subtile<2, 2>(wr, row_bytes, k, a, i0 + c, o, R);
+      if (rr == 2 && cc == 1) q8_0_direct_subtile<2, 1>(wr, row_bytes, k, a, i0 + c, o, R);
+      if (rr == 1 && cc == 2) q8_0_direct_subtile<1, 2>(wr, row_bytes, k, a, i0 + c, o, R);
+      if (rr == 1 && cc == 1) q8_0_direct_subtile<1, 1>(wr, row_bytes, k, a, i0 + c, o, R);
+    }
+  }
+}
+
 float min_term_avx2(const float* wm, const float* asum, int64_t n_groups) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t g = 0; g < n_groups; g += 8) {  // n_groups is a multiple of 8 (kPadTo)
@@ -348,7 +413,7 @@ void widen_avx2(DType t, const uint8_t* src, int64_t k, float* dst) {
 const IsaKernels& avx2_kernels() {
   static const IsaKernels k{quantize_act_avx2, decode_avx2,     int_tile_avx2,
                             min_term_avx2,     float_tile_avx2, widen_avx2,
-                            nullptr,           nullptr};
+                            has_direct_avx2,   direct_tile_avx2};
   return k;
 }
 

@@ -264,7 +264,9 @@ constexpr std::array<std::array<DirectFn, 4>, 4> direct_table() {
   return {drow_of<F, 1>(seq), drow_of<F, 2>(seq), drow_of<F, 3>(seq), drow_of<F, 4>(seq)};
 }
 
-bool has_direct_avx512(DType t) { return t == DType::Q8_0 || t == DType::Q4_K; }
+bool has_direct_avx512(DType t, int64_t m) {
+  return m <= 8 && (t == DType::Q8_0 || t == DType::Q4_K);
+}
 
 void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                         const ActRows& a, int64_t i0, float* out, float* wm) {

@@ -110,7 +110,7 @@ struct IsaKernels {
   // at w, row_bytes apart, k values each), for small batches where decoding
   // into a buffer first costs more than the dot products. Same operations,
   // same bits. Types with an offset also write each row's wm: [R, k / 32].
-  bool (*has_direct)(DType t);
+  bool (*has_direct)(DType t, int64_t m);  // m: activation rows of the call
   void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out, float* wm);
 };
