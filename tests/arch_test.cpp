@@ -383,12 +383,13 @@ TEST(RopeScaling, FollowsLlamaCppForEdgeCases) {
   }
   r = scale_with("tiny", [](gguf::Writer& w) { w.set("llama.rope.scaling.type", str("none")); });
   EXPECT_FLOAT_EQ(r.scale, 1.0f);
-  // llama.cpp applies the factor whatever the (supported) type says.
+  // Type "none" never scales, whatever the factor (llama.cpp does the same).
   r = scale_with("tiny", [](gguf::Writer& w) {
     w.set("llama.rope.scaling.type", str("none"));
     w.set("llama.rope.scaling.factor", f32(2.0f));
   });
-  EXPECT_FLOAT_EQ(r.scale, 0.5f);
+  EXPECT_EQ(r.error, "");
+  EXPECT_FLOAT_EQ(r.scale, 1.0f);
 }
 
 TEST(RopeScaling, UnsupportedTypesAndBadFactorsAreClearErrors) {

@@ -3,6 +3,8 @@
 // thread count, the numbers are accurate, and odd inputs do not crash.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -209,6 +211,27 @@ TEST(Matmul, EdgeValuesAreIdenticalAcrossIsas) {
     for (Isa isa : kIsas) {
       if (!isa_supported(isa)) continue;
       EXPECT_TRUE(same_bits(run(w, x, m, isa), ref)) << dtype_name(t) << " " << isa_name(isa);
+    }
+  }
+}
+
+// A negative product that underflows leaves a -0 lane; lanes past K must
+// keep it on every ISA (an unmasked fma(0, 0, -0) in a SIMD tail gives +0).
+TEST(Matmul, NegativeZeroLanesSurviveFloatTails) {
+  for (int64_t cols : {16, 17, 20, 33, 47}) {
+    std::vector<float> wrow(static_cast<size_t>(cols), -1e-30f);
+    const std::vector<float> x(static_cast<size_t>(cols), 1e-30f);
+    const WeightView w{DType::F32, reinterpret_cast<const uint8_t*>(wrow.data()), 1, cols,
+                       static_cast<size_t>(cols) * sizeof(float)};
+    float ref = 1.0f;
+    matmul(w, x.data(), &ref, 1, nullptr, Isa::Scalar);
+    EXPECT_TRUE(std::signbit(ref)) << "cols " << cols << ": expected -0";
+    for (Isa isa : kIsas) {
+      if (!isa_supported(isa)) continue;
+      float y = 1.0f;
+      matmul(w, x.data(), &y, 1, nullptr, isa);
+      EXPECT_EQ(std::bit_cast<uint32_t>(y), std::bit_cast<uint32_t>(ref))
+          << "cols " << cols << " " << isa_name(isa);
     }
   }
 }

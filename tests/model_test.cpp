@@ -395,6 +395,43 @@ TEST(Model, ThreadsBatchingAndChunkingGiveBitIdenticalLogits) {
   }
 }
 
+// A step of more tokens than ForwardContext::kMaxBatch, from several
+// sequences, is split into sub-steps that cut through a sequence; every
+// sequence's logits still equal those of running it alone.
+TEST(Model, StepsLargerThanMaxBatchSplitAcrossSequences) {
+  Spec s;
+  const Synth m = Builder(s).build();
+  const int lens[3] = {300, 17, 260};  // 577 tokens in one step
+  std::vector<std::vector<int32_t>> toks;
+  for (int i = 0; i < 3; ++i) toks.push_back(some_tokens(lens[i], s.n_vocab, 20 + i));
+  const size_t nv = static_cast<size_t>(s.n_vocab);
+  std::vector<std::vector<float>> alone(3, std::vector<float>(nv));
+  {
+    Engine e(m, 2, 512, 16);
+    for (int i = 0; i < 3; ++i) {
+      KvSequence seq;
+      e.ctx.eval(seq, toks[static_cast<size_t>(i)], alone[static_cast<size_t>(i)]);
+      seq.release(e.pool);
+    }
+  }
+  const gguf::File file = gguf::File::from_bytes(m.bytes, "synthetic.gguf");
+  const std::unique_ptr<Model> model = Model::load(file);
+  const KvLayout layout = kv_layout_for(model->hparams(), DType::F32);
+  KvBlockPool pool(layout, kv_bytes_for_tokens(layout, 512) * 3);
+  ThreadPool threads(3);
+  ForwardContext ctx(*model, pool, threads, 512);
+  std::vector<KvSequence> seqs(3);
+  std::vector<std::vector<float>> got(3, std::vector<float>(nv));
+  std::vector<SeqTokens> batch;
+  for (size_t i = 0; i < 3; ++i) batch.push_back(SeqTokens{&seqs[i], toks[i], got[i]});
+  ctx.step(batch);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(seqs[i].n_tokens, lens[i]);
+    EXPECT_EQ(0, std::memcmp(got[i].data(), alone[i].data(), nv * sizeof(float))) << "seq " << i;
+    seqs[i].release(pool);
+  }
+}
+
 TEST(Model, EvalRejectsBadArgumentsAndLeavesTheSequenceAlone) {
   Spec s;
   const Synth m = Builder(s).build();

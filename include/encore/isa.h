@@ -21,7 +21,7 @@ namespace encore {
 
 enum class Isa : uint8_t {
   Scalar = 0,  // plain C++; the reference twin of every kernel
-  Avx2 = 1,    // AVX2 + FMA + F16C (x86-64-v3)
+  Avx2 = 1,    // AVX2 + FMA + F16C + BMI2 (x86-64-v3)
   Avx512 = 2,  // AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Sapphire Rapids, Zen 4)
 };
 

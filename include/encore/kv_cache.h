@@ -77,7 +77,8 @@ class KvBlockPool {
   int32_t refcount(int32_t block) const;
 
   // Keys / values of `layer` in `block`: [block_tokens, n_kv_heads * head_dim]
-  // elements of layout().elem_type, 64-byte aligned.
+  // elements of layout().elem_type (the pool is 64-byte aligned; blocks and
+  // planes start wherever their sizes put them).
   // retain/release/refcount/k/v throw std::logic_error for an id outside
   // [0, n_blocks()) or, for retain/release, a block that is not allocated:
   // those are programmer errors, but silently corrupting the cache is worse.

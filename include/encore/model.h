@@ -144,7 +144,7 @@ class ForwardContext {
   // Throws InvalidArgument (an entry without tokens, the same sequence twice,
   // positions past n_ctx, token id out of range, logits of the wrong size) or
   // ResourceExhausted (KV pool full); in every case all sequences are left as
-  // they were. The blocks that receive new positions must not be shared with
+  // they were (the logits buffers of entries may have been written). The blocks that receive new positions must not be shared with
   // another sequence (refcount 1; std::logic_error otherwise).
   void step(std::span<const SeqTokens> batch);
 
@@ -172,7 +172,7 @@ class ForwardContext {
   std::vector<float> att_;                // [n, n_head * head_dim] attention output
   std::vector<float> gate_;               // [n, n_ff]
   std::vector<float> up_;                 // [n, n_ff]
-  std::vector<float> scores_;             // [threads, n_ctx] attention probabilities
+  std::vector<float> scores_;             // [threads, group, n_ctx] attention probabilities
   std::vector<float> rope_cos_;           // [n, n_rot / 2] RoPE angles per token
   std::vector<float> rope_sin_;           // [n, n_rot / 2]
   std::vector<float> out_x_;              // [n_out, n_embd] final normed rows needing logits

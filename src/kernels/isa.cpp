@@ -11,7 +11,7 @@ namespace encore {
 namespace {
 
 struct CpuFeatures {
-  bool avx2 = false, fma = false, f16c = false;
+  bool avx2 = false, fma = false, f16c = false, bmi2 = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false, avx512vnni = false;
   bool os_avx = false, os_avx512 = false;
 };
@@ -33,6 +33,7 @@ CpuFeatures query_cpu() {
   }
   __cpuid_count(7, 0, a, b, c, d);
   f.avx2 = (b >> 5) & 1;
+  f.bmi2 = (b >> 8) & 1;
   f.avx512f = (b >> 16) & 1;
   f.avx512dq = (b >> 17) & 1;
   f.avx512bw = (b >> 30) & 1;
@@ -62,7 +63,8 @@ Isa parse_isa(std::string_view name) {
 
 bool isa_supported(Isa isa) {
   const CpuFeatures f = query_cpu();
-  const bool avx2 = f.os_avx && f.avx2 && f.fma && f.f16c;
+  // The *_avx2.cpp files are also compiled with -mbmi2 (GCC emits shlx etc.).
+  const bool avx2 = f.os_avx && f.avx2 && f.fma && f.f16c && f.bmi2;
   switch (isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2: return avx2;

@@ -353,7 +353,9 @@ void float_subtile(const float* w, int64_t w_stride, const float* x, int64_t x_s
     }
   }
   if (k16 < k) {
-    // Masked lanes load as 0 on both sides: fma(0, 0, acc) leaves acc as is.
+    // Lanes past k keep their accumulator (blend), as in the scalar twin: an
+    // fma(0, 0, -0) would turn a -0 lane (an underflowed negative product)
+    // into +0.
     const __m256i m0 = tail_mask(k - k16), m1 = tail_mask(k - k16 - 8);
     for (int c = 0; c < C; ++c) {
       const __m256 x0 = _mm256_maskload_ps(x + c * x_stride + k16, m0);
@@ -361,8 +363,10 @@ void float_subtile(const float* w, int64_t w_stride, const float* x, int64_t x_s
       for (int r = 0; r < R; ++r) {
         const __m256 w0 = _mm256_maskload_ps(w + r * w_stride + k16, m0);
         const __m256 w1 = _mm256_maskload_ps(w + r * w_stride + k16 + 8, m1);
-        acc[c][r][0] = _mm256_fmadd_ps(w0, x0, acc[c][r][0]);
-        acc[c][r][1] = _mm256_fmadd_ps(w1, x1, acc[c][r][1]);
+        acc[c][r][0] = _mm256_blendv_ps(acc[c][r][0], _mm256_fmadd_ps(w0, x0, acc[c][r][0]),
+                                        _mm256_castsi256_ps(m0));
+        acc[c][r][1] = _mm256_blendv_ps(acc[c][r][1], _mm256_fmadd_ps(w1, x1, acc[c][r][1]),
+                                        _mm256_castsi256_ps(m1));
       }
     }
   }

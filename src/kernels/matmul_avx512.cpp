@@ -306,12 +306,14 @@ void float_tile_t(const float* w, int64_t w_stride, const float* x, int64_t x_st
     for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_ps(m, w + r * w_stride + i);
     for (int c = 0; c < C; ++c) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + i);
-      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
+      // Masked: lanes past k are not touched at all (an unmasked
+      // fma(0, 0, -0) would turn a -0 lane, left by an underflowed negative
+      // product, into +0, which the scalar twin never does).
+      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_mask3_fmadd_ps(wv[r], xv, acc[c][r], m);
     }
   };
   const int64_t k16 = k / 16 * 16;
   for (int64_t i = 0; i < k16; i += 16) step(i, 0xffff);
-  // Masked lanes read as 0 on both sides: fma(0, 0, acc) leaves acc as is.
   if (k16 < k) step(k16, static_cast<__mmask16>((1u << (k - k16)) - 1));
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);

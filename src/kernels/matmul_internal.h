@@ -43,11 +43,14 @@
 //    then (s4[0] + s4[2]) + (s4[1] + s4[3]).
 // Finally every NaN output is written as the quiet NaN 0x7fc00000, so NaN
 // payloads (which differ between libm's fmaf and vfmadd) never show.
-// All accumulators start at +0.0f; zero padding (w = 0, ws = 0, q = 0,
-// da = 0, wm = asum = 0) leaves them unchanged bit for bit (fma(0, 0, a) = a
-// for every a that is not -0, and an accumulator started at +0 can never
-// become -0 under round-to-nearest), so buffers are padded to Kp (K rounded
-// up to 256) and SIMD code may run over the padding.
+// All accumulators start at +0.0f. On the integer path zero padding (w = 0,
+// ws = 0, q = 0, da = 0, wm = asum = 0) leaves them unchanged bit for bit:
+// fma(0, 0, a) = a for every a that is not -0, and these accumulators never
+// become -0 (a nonzero product is at least ~2^-131 in magnitude, so it never
+// underflows to a signed zero, and +0 + -0 = +0 under round-to-nearest), so
+// buffers are padded to Kp (K rounded up to 256) and SIMD code may run over
+// the padding. Float accumulators CAN become -0 (an underflowed negative
+// product), so float tails never touch lanes past K (masked fma / blend).
 // ================================================================================
 #pragma once
 

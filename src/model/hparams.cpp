@@ -103,10 +103,10 @@ HParams read_common_hparams(const gguf::File& file, const std::string& arch) {
   // RoPE scaling changes every angle; computing without it would silently
   // give other logits than the model was trained for. As in llama.cpp, the
   // factor comes from rope.scaling.factor, else the older rope.scale_linear;
-  // 0 (or absent) means none, and an absent type means "linear". llama.cpp
-  // applies the factor even when the type says "none"; so do we, to compute
-  // what it computes. YaRN, LongRoPE & co. change more than the positions and
-  // are refused. (Llama 3.1's "llama3" scaling is no type here: converters
+  // 0 (or absent) means none, and an absent type means "linear". Type "none"
+  // means no scaling whatever the factor says (llama.cpp: "never scale if
+  // scaling type is none"); the factor is still range-checked. YaRN,
+  // LongRoPE & co. change more than the positions and are refused. (Llama 3.1's "llama3" scaling is no type here: converters
   // bake it into the rope_freqs.weight tensor, see read_rope_freqs.)
   const std::optional<std::string> scaling = file.opt_string(p + "rope.scaling.type");
   if (scaling && *scaling != "none" && *scaling != "linear") {
@@ -126,7 +126,7 @@ HParams read_common_hparams(const gguf::File& file, const std::string& arch) {
       throw ModelError(fmt::format("{}: {} = {} is out of range [0.001, 1e6] (or 0 for none)",
                                    file.path(), factor_key, *factor));
     }
-    hp.rope_freq_scale = 1.0f / *factor;
+    if (!scaling || *scaling == "linear") hp.rope_freq_scale = 1.0f / *factor;
   }
 
   // Vocabulary size: explicit key, else the tokenizer's token list, else the

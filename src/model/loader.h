@@ -27,8 +27,8 @@ namespace encore::model_detail {
 // "<arch>.*" keys (arch = general.architecture), with llama.cpp's defaults.
 // n_vocab comes from <arch>.vocab_size, else the length of
 // tokenizer.ggml.tokens, else the rows of token_embd.weight. RoPE scaling:
-// rope_freq_scale = 1 / rope.scaling.factor (else rope.scale_linear) for the
-// types "none" and "linear"; other types are refused. rope_layout,
+// rope_freq_scale = 1 / rope.scaling.factor (else rope.scale_linear) for type
+// "linear" (or no type); "none" never scales; other types are refused. rope_layout,
 // tied_output and the has_* flags are left for the architecture to set.
 HParams read_common_hparams(const gguf::File& file, const std::string& arch);
 

@@ -9,6 +9,7 @@
 #include "encore/error.h"
 #include "encore/gguf.h"
 #include "encore/thread_pool.h"
+#include "kernels/ops_math.h"
 #include "kernels/quants.h"
 #include "synth/builtin_vocab.h"
 
@@ -87,7 +88,8 @@ std::vector<float> llama3_rope_freqs(int n_rot, double freq_base) {
   const double high_freq_wavelen = kOriginalCtx / kHighFreqFactor;
   std::vector<float> out(static_cast<size_t>(n_rot / 2));  // [n_rot / 2]
   for (int i = 0; i < n_rot / 2; ++i) {
-    const double freq = std::pow(freq_base, -2.0 * i / n_rot);
+    // Our pow, not libm's: the file must be the same bytes on every machine.
+    const double freq = kernels::pow_f64(freq_base, -2.0 * i / n_rot);
     const double wavelen = 2.0 * kPi / freq;
     double divisor;
     if (wavelen < high_freq_wavelen) {
