@@ -105,8 +105,8 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
               // The padding groups past cols add nothing to accm (wm = asum = 0).
               // min_term runs 8 groups at a time: only types whose rows are
               // whole 256-value super-blocks (Q4_K) take this path with wm.
-              assert((cols / mm::kGroup) % 8 == 0);
               if (with_min) {
+                assert((cols / mm::kGroup) % 8 == 0);
                 v += kt.min_term(wm.data() + r * (cols / mm::kGroup),
                                  act.asum + (i0 + c) * n_groups, cols / mm::kGroup);
               }
