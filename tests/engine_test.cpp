@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
+#include <string_view>
 
 #include "encore/engine.h"
 #include "encore/error.h"
@@ -56,24 +58,38 @@ TEST_F(EngineTest, LengthStopsAtNPredictAndReturnsBlocks) {
   const int32_t free_before = kv_->n_free();
   GenerateParams p;
   p.n_predict = 9;
-  p.temp = 0.0f;
-  std::vector<TokenId> streamed;
-  const GenerateResult r = generate(*ctx, *tokenizer_, kPrompt, p, [&](TokenId id) {
-    streamed.push_back(id);
-  });
-  EXPECT_EQ(r.finish, FinishReason::Length);
-  EXPECT_EQ(r.ids.size(), 9u);
-  EXPECT_EQ(streamed, r.ids);
+  p.sampling.temp = 0.0f;
+  std::vector<TokenId> streamed_ids;
+  std::string streamed_text;
+  const GenerateResult r =
+      generate(*ctx, *tokenizer_, kPrompt, p, [&](int sample, TokenId id, std::string_view text) {
+        EXPECT_EQ(sample, 0);
+        streamed_ids.push_back(id);
+        streamed_text += text;
+      });
+  ASSERT_EQ(r.samples.size(), 1u);
+  const SampleResult& s = r.samples[0];
+  EXPECT_EQ(s.finish, FinishReason::Length);
+  EXPECT_EQ(s.ids.size(), 9u);
+  // The streamed text is the result's text, and every id it came with is one
+  // of the generated ids, in generation order (ids whose piece is still
+  // incomplete UTF-8 stream nothing).
+  EXPECT_EQ(streamed_text, s.text);
+  size_t at = 0;
+  for (TokenId id : streamed_ids) {
+    while (at < s.ids.size() && s.ids[at] != id) ++at;
+    EXPECT_LT(at, s.ids.size()) << "streamed id " << id << " is not a generated id in order";
+  }
   EXPECT_EQ(kv_->n_free(), free_before);  // the sequence's blocks went back
 }
 
 TEST_F(EngineTest, ContextFullStops) {
   auto ctx = context(20, 20);
   GenerateParams p;
-  p.temp = 0.0f;
+  p.sampling.temp = 0.0f;
   const GenerateResult r = generate(*ctx, *tokenizer_, kPrompt, p, nullptr);
-  EXPECT_EQ(r.finish, FinishReason::Context);
-  EXPECT_EQ(kPrompt.size() + r.ids.size(), 21u);  // 20 positions in the KV + the last pick
+  EXPECT_EQ(r.samples[0].finish, FinishReason::Context);
+  EXPECT_EQ(kPrompt.size() + r.samples[0].ids.size(), 21u);  // 20 positions in the KV + the last pick
 }
 
 TEST_F(EngineTest, EogStopsAndIsNotEmitted) {
@@ -85,12 +101,15 @@ TEST_F(EngineTest, EogStopsAndIsNotEmitted) {
   for (uint64_t seed = 0; seed < 200 && !found; ++seed) {
     GenerateParams p;
     p.n_predict = 300;
-    p.temp = 1.5f;
+    p.sampling.temp = 1.5f;
+    p.sampling.top_k = 0;  // the whole distribution: no truncation cuts EOS away
+    p.sampling.top_p = 1.0f;
+    p.sampling.min_p = 0.0f;
     p.seed = seed;
     const GenerateResult r = generate(*ctx, *tokenizer_, kPrompt, p, nullptr);
-    if (r.finish != FinishReason::Eog) continue;
+    if (r.samples[0].finish != FinishReason::Eog) continue;
     found = true;
-    for (TokenId id : r.ids) EXPECT_FALSE(tokenizer_->is_eog(id));
+    for (TokenId id : r.samples[0].ids) EXPECT_FALSE(tokenizer_->is_eog(id));
   }
   EXPECT_TRUE(found) << "no seed reached EOS; the synthetic model's logits may be degenerate";
 }
@@ -99,12 +118,12 @@ TEST_F(EngineTest, SameSeedSameIdsDifferentSeedDifferentIds) {
   auto ctx = context(128, 128);
   GenerateParams p;
   p.n_predict = 24;
-  p.temp = 1.0f;
+  p.sampling.temp = 1.0f;
   p.seed = 77;
-  const auto a = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).ids;
-  const auto b = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).ids;
+  const auto a = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids;
+  const auto b = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids;
   p.seed = 78;
-  const auto c = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).ids;
+  const auto c = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids;
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
 }
@@ -112,18 +131,19 @@ TEST_F(EngineTest, SameSeedSameIdsDifferentSeedDifferentIds) {
 TEST_F(EngineTest, KvTooSmallFailsBeforeTheFirstToken) {
   auto ctx = context(256, 32);
   GenerateParams p;
-  p.temp = 0.0f;
+  p.sampling.temp = 0.0f;
   int calls = 0;
   try {
-    generate(*ctx, *tokenizer_, kPrompt, p, [&](TokenId) { ++calls; });
+    generate(*ctx, *tokenizer_, kPrompt, p, [&](int, TokenId, std::string_view) { ++calls; });
     FAIL() << "expected ResourceExhausted";
   } catch (const ResourceExhausted& e) {
     EXPECT_NE(std::string(e.what()).find("room for 32 tokens"), std::string::npos) << e.what();
   }
   EXPECT_EQ(calls, 0);
+  EXPECT_EQ(kv_->n_free(), 2);  // nothing was taken
   // A bounded request that fits is fine.
   p.n_predict = 8;
-  EXPECT_EQ(generate(*ctx, *tokenizer_, kPrompt, p, nullptr).ids.size(), 8u);
+  EXPECT_EQ(generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids.size(), 8u);
 }
 
 TEST_F(EngineTest, PromptLongerThanContextIsInvalid) {

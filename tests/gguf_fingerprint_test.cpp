@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "encore/fingerprint.h"
 #include "encore/gguf.h"
 #include "encore/thread_pool.h"
+#include "encore/version.h"
 #include "gguf_test_util.h"
 
 namespace encore {
@@ -310,6 +312,78 @@ TEST(GgufFingerprint, DefaultCacheDirFollowsXdg) {
   } else {
     ::unsetenv("XDG_CACHE_HOME");
   }
+}
+
+// --- system_fingerprint and the build id -----------------------------------
+
+bool is_lower_hex(const std::string& s) {
+  return s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+TEST(SystemFingerprint, BuildIdIsStable16Hex) {
+  const std::string id = build_id_string();
+  EXPECT_EQ(id.size(), 16u);
+  EXPECT_TRUE(is_lower_hex(id)) << id;
+  EXPECT_EQ(std::string(build_id_string()), id);
+  EXPECT_FALSE(std::string(engine_version_string()).empty());
+}
+
+TEST(SystemFingerprint, SameInputsSameStringAndFormat) {
+  const std::string model_fp = fp_of({});
+  const NumericsSettings s;
+  const std::string a = system_fingerprint(model_fp, s);
+  EXPECT_EQ(system_fingerprint(model_fp, s), a);
+  EXPECT_EQ(system_fingerprint(model_fp, NumericsSettings{}), a);
+  ASSERT_EQ(a.size(), 3u + 32u) << a;
+  EXPECT_EQ(a.substr(0, 3), "fp_");
+  EXPECT_TRUE(is_lower_hex(a.substr(3))) << a;
+}
+
+// Each input alone must change the fingerprint (strict: never a false "same").
+TEST(SystemFingerprint, EachInputChangesIt) {
+  const std::string model_fp = fp_of({});
+  NumericsSettings base;
+  base.rope_freq_base = 10000.0f;
+  base.rope_freq_scale = 1.0f;
+  const std::string ref = system_fingerprint(model_fp, base);
+
+  ModelSpec other;
+  other.flip_byte = 1;
+  EXPECT_NE(system_fingerprint(fp_of(other), base), ref);
+  EXPECT_NE(system_fingerprint("", base), ref);
+
+  NumericsSettings kv = base;
+  kv.kv_type = DType::F32;
+  EXPECT_NE(system_fingerprint(model_fp, kv), ref);
+
+  NumericsSettings rope_base = base;
+  rope_base.rope_freq_base = 500000.0f;
+  EXPECT_NE(system_fingerprint(model_fp, rope_base), ref);
+  // One ulp is a different number, so a different fingerprint.
+  rope_base.rope_freq_base = std::nextafter(10000.0f, 20000.0f);
+  EXPECT_NE(system_fingerprint(model_fp, rope_base), ref);
+
+  NumericsSettings rope_scale = base;
+  rope_scale.rope_freq_scale = 0.25f;
+  EXPECT_NE(system_fingerprint(model_fp, rope_scale), ref);
+
+  // Swapping base and scale values must not collide (fields are named).
+  NumericsSettings swapped;
+  swapped.rope_freq_base = 1.0f;
+  swapped.rope_freq_scale = 10000.0f;
+  EXPECT_NE(system_fingerprint(model_fp, swapped), ref);
+}
+
+// Floats are hashed by bit pattern: -0.0 == 0.0 numerically, but not here.
+TEST(SystemFingerprint, SignedZeroDiffers) {
+  const std::string model_fp = fp_of({});
+  NumericsSettings pos, neg_base, neg_scale;
+  neg_base.rope_freq_base = -0.0f;
+  neg_scale.rope_freq_scale = -0.0f;
+  const std::string p = system_fingerprint(model_fp, pos);
+  EXPECT_NE(system_fingerprint(model_fp, neg_base), p);
+  EXPECT_NE(system_fingerprint(model_fp, neg_scale), p);
+  EXPECT_NE(system_fingerprint(model_fp, neg_base), system_fingerprint(model_fp, neg_scale));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -165,6 +166,133 @@ TEST(KvCache, SequenceReserveReleaseAndSlots) {
   EXPECT_EQ(pool.refcount(other.blocks[0]), 1);
   other.release(pool);
   EXPECT_EQ(pool.n_free(), 5);
+}
+
+
+// Fills every K and V byte of `block` with a pattern that depends on `tag`.
+void fill_block(KvBlockPool& pool, int32_t block, uint8_t tag) {
+  const size_t plane = pool.layout().block_bytes() / (2 * static_cast<size_t>(pool.layout().n_layer));
+  for (int layer = 0; layer < pool.layout().n_layer; ++layer) {
+    for (size_t i = 0; i < plane; ++i) {
+      pool.k(block, layer)[i] = static_cast<uint8_t>(tag + 3 * layer + i);
+      pool.v(block, layer)[i] = static_cast<uint8_t>(tag + 7 * layer + 2 * i + 1);
+    }
+  }
+}
+
+bool same_bytes(const KvBlockPool& pool, int32_t a, int32_t b) {
+  const size_t plane = pool.layout().block_bytes() / (2 * static_cast<size_t>(pool.layout().n_layer));
+  for (int layer = 0; layer < pool.layout().n_layer; ++layer) {
+    if (std::memcmp(pool.k(a, layer), pool.k(b, layer), plane) != 0) return false;
+    if (std::memcmp(pool.v(a, layer), pool.v(b, layer), plane) != 0) return false;
+  }
+  return true;
+}
+
+TEST(KvCache, ForkSharesFullBlocks) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 6 * l.block_bytes());
+  KvSequence seq;
+  seq.reserve(pool, 32);
+  seq.n_tokens = 32;  // two full blocks
+  const KvSequence f = seq.fork(pool);
+  EXPECT_EQ(f.n_tokens, 32);
+  EXPECT_EQ(f.blocks, seq.blocks);
+  for (int32_t b : seq.blocks) EXPECT_EQ(pool.refcount(b), 2);
+  EXPECT_EQ(pool.n_free(), 4);  // nothing allocated
+
+  // Blocks reserved past n_tokens are not part of the fork.
+  KvSequence roomy;
+  roomy.reserve(pool, 64);  // four blocks, only the first one used
+  roomy.n_tokens = 16;
+  const KvSequence g = roomy.fork(pool);
+  ASSERT_EQ(g.blocks.size(), 1u);
+  EXPECT_EQ(g.blocks[0], roomy.blocks[0]);
+  EXPECT_EQ(g.capacity(pool), 16);
+  EXPECT_EQ(pool.refcount(roomy.blocks[0]), 2);
+  EXPECT_EQ(pool.refcount(roomy.blocks[1]), 1);
+  EXPECT_EQ(pool.n_free(), 0);
+
+  // With no block free, a fork that copies nothing still succeeds.
+  const KvSequence h = seq.fork(pool);
+  for (int32_t b : seq.blocks) EXPECT_EQ(pool.refcount(b), 3);
+
+  // An empty sequence forks into an empty one.
+  const KvSequence e = KvSequence{}.fork(pool);
+  EXPECT_TRUE(e.blocks.empty());
+  EXPECT_EQ(e.n_tokens, 0);
+}
+
+TEST(KvCache, ForkCopiesAPartialLastBlock) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 5 * l.block_bytes());
+  KvSequence seq;
+  seq.reserve(pool, 40);
+  seq.n_tokens = 40;  // blocks 0, 1 full; block 2 holds 8 of 16 positions
+  for (size_t i = 0; i < seq.blocks.size(); ++i) {
+    fill_block(pool, seq.blocks[i], static_cast<uint8_t>(10 * i + 1));
+  }
+  KvSequence f = seq.fork(pool);
+  EXPECT_EQ(f.n_tokens, 40);
+  ASSERT_EQ(f.blocks.size(), 3u);
+  EXPECT_EQ(f.blocks[0], seq.blocks[0]);
+  EXPECT_EQ(f.blocks[1], seq.blocks[1]);
+  EXPECT_EQ(pool.refcount(seq.blocks[0]), 2);
+  EXPECT_EQ(pool.refcount(seq.blocks[1]), 2);
+  // The partial block: a new id with the same bytes, each copy owned once.
+  EXPECT_NE(f.blocks[2], seq.blocks[2]);
+  EXPECT_EQ(pool.refcount(f.blocks[2]), 1);
+  EXPECT_EQ(pool.refcount(seq.blocks[2]), 1);
+  EXPECT_TRUE(same_bytes(pool, f.blocks[2], seq.blocks[2]));
+  EXPECT_EQ(pool.n_free(), 1);
+  // Writing the fork's copy leaves the original alone.
+  pool.k(f.blocks[2], 0)[0] ^= 0xff;
+  EXPECT_FALSE(same_bytes(pool, f.blocks[2], seq.blocks[2]));
+
+  // Release both: every block returns.
+  f.release(pool);
+  EXPECT_EQ(pool.refcount(seq.blocks[0]), 1);
+  EXPECT_EQ(pool.n_free(), 2);
+  seq.release(pool);
+  EXPECT_EQ(pool.n_free(), pool.n_blocks());
+  for (int32_t b = 0; b < pool.n_blocks(); ++b) EXPECT_EQ(pool.refcount(b), 0);
+}
+
+TEST(KvCache, ForkWithoutAFreeBlockThrowsAndRetainsNothing) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 3 * l.block_bytes());
+  KvSequence seq;
+  seq.reserve(pool, 40);
+  seq.n_tokens = 40;  // the last block is partial: the fork needs one more block
+  ASSERT_EQ(pool.n_free(), 0);
+  EXPECT_THROW(seq.fork(pool), ResourceExhausted);
+  for (int32_t b : seq.blocks) EXPECT_EQ(pool.refcount(b), 1);
+  EXPECT_EQ(pool.n_free(), 0);
+  seq.release(pool);
+  EXPECT_EQ(pool.n_free(), 3);
+}
+
+TEST(KvCache, ForkOfAForkAndReleaseInAnyOrder) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 8 * l.block_bytes());
+  KvSequence a;
+  a.reserve(pool, 35);
+  a.n_tokens = 35;
+  KvSequence b = a.fork(pool);
+  b.reserve(pool, 40);
+  b.n_tokens = 40;
+  KvSequence c = b.fork(pool);
+  EXPECT_EQ(pool.refcount(a.blocks[0]), 3);
+  EXPECT_EQ(pool.refcount(a.blocks[1]), 3);
+  EXPECT_EQ(pool.refcount(a.blocks[2]), 1);
+  EXPECT_EQ(pool.refcount(b.blocks[2]), 1);
+  EXPECT_EQ(pool.refcount(c.blocks[2]), 1);
+  EXPECT_EQ(pool.n_free(), 3);
+  b.release(pool);
+  a.release(pool);
+  EXPECT_EQ(pool.refcount(c.blocks[0]), 1);
+  c.release(pool);
+  EXPECT_EQ(pool.n_free(), pool.n_blocks());
 }
 
 }  // namespace

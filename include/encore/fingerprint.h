@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "encore/dtype.h"
 #include "encore/gguf.h"
 
 namespace encore {
@@ -59,5 +60,35 @@ std::string fingerprint_cache_dir();
 // so is general.name: the tokenizer switches Phi-3's whitespace handling on
 // it, so it can change the output.
 bool fingerprint_ignores_key(std::string_view key);
+
+// ---------------------------------------------------------------------------
+// System fingerprint (like OpenAI's `system_fingerprint`): outputs are
+// guaranteed identical only under an identical fingerprint, so it must never
+// be equal for a model, build or setting that could give different numbers.
+// A false "different" is harmless; a false "same" breaks the promise.
+//
+// Covered: the model fingerprint, engine_version_string() and
+// build_id_string() (encore/version.h: every source file, the compiler and
+// build flags), and every NumericsSettings field below.
+// Deliberately NOT covered, because docs/invariance.md proves (and the
+// invariance tests check) that they change no bit: thread count, ISA
+// (scalar/AVX2/AVX-512), batch composition, prefill chunk size, KV block
+// size, mmap vs read loading. Also not covered: the request itself (prompt,
+// seed, sampling parameters), which the caller compares separately.
+// Adding a setting that can change numerics means adding it here and bumping
+// the encoding version in src/gguf/system_fingerprint.cpp.
+
+// Every setting outside the model file that can change numerics.
+struct NumericsSettings {
+  DType kv_type = DType::F16;  // KV cache element type
+  float rope_freq_base = 0;    // effective values used by the forward pass (0 = none given)
+  float rope_freq_scale = 0;
+};
+
+// "fp_" + 32 lowercase hex digits: XXH3-128 over a canonical, versioned text
+// encoding of (model_fp, engine_version_string(), build_id_string(), each
+// NumericsSettings field with its name; floats by their exact bit pattern, so
+// -0.0 and 0.0 differ). Pure function of its inputs and the binary; cheap.
+std::string system_fingerprint(std::string_view model_fp, const NumericsSettings& s);
 
 }  // namespace encore

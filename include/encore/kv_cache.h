@@ -3,8 +3,8 @@
 // A block holds the keys and values of `block_tokens` consecutive positions
 // for every layer. Sequences own lists of block ids (KvSequence::blocks), so
 // memory is committed per 16 tokens instead of per context, and blocks are
-// reference counted so that sequences can later share a common prefix
-// (copy-on-write of a shared, partially filled last block comes later).
+// reference counted so that sequences can share a common prefix (fork()
+// copies a partially filled last block instead of sharing it).
 //
 // Block memory layout (block_bytes() bytes per block):
 //   for layer in [0, n_layer): K [block_tokens, n_kv_heads * head_dim]
@@ -75,6 +75,9 @@ class KvBlockPool {
   void release(int32_t block);
   // Current reference count (0 = free).
   int32_t refcount(int32_t block) const;
+  // Copies the whole contents of block `from` into block `to` (both
+  // allocated; std::logic_error otherwise). Cost: one block_bytes() memcpy.
+  void copy_block(int32_t from, int32_t to);
 
   // Keys / values of `layer` in `block`: [block_tokens, n_kv_heads * head_dim]
   // elements of layout().elem_type (the pool is 64-byte aligned; blocks and
@@ -122,6 +125,12 @@ struct KvSequence {
   void reserve(KvBlockPool& pool, int32_t new_total_tokens);
   // Releases every block reference and empties the sequence.
   void release(KvBlockPool& pool);
+  // A second sequence with the same n_tokens positions (n samples of one
+  // prompt): the full blocks are shared (retained), a partially filled last
+  // block is copied into a fresh block, since the fork writes its next
+  // positions there and a block with refcount > 1 is never written.
+  // Throws ResourceExhausted (retaining nothing) when no block is free.
+  KvSequence fork(KvBlockPool& pool) const;
   // Tokens the current blocks can hold.
   int64_t capacity(const KvBlockPool& pool) const;
   // Where position `pos` lives (pos must be < capacity; asserted).

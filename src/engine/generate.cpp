@@ -1,13 +1,17 @@
+// generate(): prefill once, fork the prompt's KV into n samples, then one
+// batched forward step per position for every unfinished sample.
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "encore/engine.h"
 #include "encore/error.h"
-#include "encore/rng.h"
-#include "encore/sampler.h"
+#include "engine/stop_text.h"
 
 namespace encore {
 namespace {
@@ -16,24 +20,41 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Greedy for temp == 0, otherwise one draw from stream (seed, sample 0,
-// t = index of the generated token), purpose 0 (see rng.h).
-TokenId choose(std::span<const float> logits, const GenerateParams& p, uint64_t t) {
-  if (argmax(logits) < 0) {
-    throw ModelError(fmt::format(
-        "every logit of generated token {} is NaN: the model file's weights are broken", t));
+// One sample of the request: its KV sequence, sampler, text state and output.
+struct Slot {
+  KvSequence seq;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StreamDecoder> decoder;
+  StopText stop;
+  SampleState state;
+  SampleResult result;
+  std::vector<float> logits;  // [n_vocab] after the sample's last evaluated token
+  bool active = true;
+  TokenId next = -1;  // the token to evaluate in this step
+};
+
+// Releases every sample's blocks however generate() exits.
+struct SlotsGuard {
+  KvBlockPool& pool;
+  std::vector<Slot> slots;
+  ~SlotsGuard() {
+    for (Slot& s : slots) s.seq.release(pool);
   }
-  if (p.temp <= 0.0f) return argmax(logits);
-  const float u = uniform_from_word(random_words(p.seed, 0, t)[0]);
-  return sample_softmax(logits, p.temp, u);
+};
+
+// Runs `ids` through `seq` in chunks; the last chunk's logits go to `logits`.
+void prefill(ForwardContext& ctx, KvSequence& seq, std::span<const TokenId> ids, size_t chunk,
+             std::span<float> logits) {
+  for (size_t begin = 0; begin < ids.size(); begin += chunk) {
+    const size_t count = std::min(chunk, ids.size() - begin);
+    const bool last = begin + count == ids.size();
+    const SeqTokens entry{&seq, ids.subspan(begin, count),
+                          last ? logits : std::span<float>()};
+    ctx.step(std::span<const SeqTokens>(&entry, 1));
+  }
 }
 
-// Releases the sequence's blocks however generate() exits.
-struct SequenceGuard {
-  KvBlockPool& pool;
-  KvSequence seq;
-  ~SequenceGuard() { seq.release(pool); }
-};
+int64_t blocks_for(int64_t tokens, int64_t bt) { return (tokens + bt - 1) / bt; }
 
 }  // namespace
 
@@ -45,14 +66,67 @@ const char* finish_reason_name(FinishReason r) {
       return "length";
     case FinishReason::Context:
       return "context";
+    case FinishReason::Stop:
+      return "stop";
   }
   return "?";
 }
 
+FinishReason finish_reason_from_name(std::string_view name) {
+  for (FinishReason r : {FinishReason::Eog, FinishReason::Length, FinishReason::Context,
+                         FinishReason::Stop}) {
+    if (name == finish_reason_name(r)) return r;
+  }
+  throw InvalidArgument(
+      fmt::format("unknown finish reason '{}' (expected eog, length, context or stop)", name));
+}
+
+void GenerateParams::validate(int n_vocab) const {
+  sampling.validate(n_vocab);
+  if (n_predict < -1) throw InvalidArgument(fmt::format("n_predict {} must be >= -1", n_predict));
+  if (n_samples < 1 || n_samples > kMaxSamples) {
+    throw InvalidArgument(
+        fmt::format("n (samples) {} must be in [1, {}]", n_samples, kMaxSamples));
+  }
+  if (logprobs < -1 || logprobs > kMaxTopLogprobs) {
+    throw InvalidArgument(
+        fmt::format("logprobs {} must be in [0, {}] (or -1: none)", logprobs, kMaxTopLogprobs));
+  }
+  if (prefill_chunk < 1) {
+    throw InvalidArgument(fmt::format("prefill chunk size {} must be at least 1", prefill_chunk));
+  }
+  if (stop.size() > kMaxStopStrings) {
+    throw InvalidArgument(
+        fmt::format("{} stop strings given; at most {}", stop.size(), kMaxStopStrings));
+  }
+  for (const std::string& s : stop) {
+    if (s.empty() || s.size() > kMaxStopBytes) {
+      throw InvalidArgument(fmt::format("stop string '{}' must have 1 to {} bytes", s,
+                                        kMaxStopBytes));
+    }
+  }
+}
+
+std::string output_hash(const std::vector<TokenId>& ids) {
+  std::vector<uint8_t> bytes;  // little-endian int32 per id, whatever the host order
+  bytes.reserve(ids.size() * 4);
+  for (TokenId id : ids) {
+    const auto u = static_cast<uint32_t>(id);
+    for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<uint8_t>(u >> (8 * b)));
+  }
+  return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
+}
+
 GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
                         const std::vector<TokenId>& prompt_ids, const GenerateParams& params,
-                        const TokenCallback& on_token) {
+                        const TextCallback& on_text, const std::vector<SampleState>* resume) {
   if (prompt_ids.empty()) throw InvalidArgument("generate: the prompt has no tokens (not even BOS)");
+  const int n_vocab = ctx.model().hparams().n_vocab;
+  if (tokenizer.n_vocab() != n_vocab) {
+    throw InvalidArgument(fmt::format("the tokenizer has {} tokens but the model's vocabulary is {}",
+                                      tokenizer.n_vocab(), n_vocab));
+  }
+  params.validate(n_vocab);
   const int32_t n_ctx = ctx.n_ctx();
   if (static_cast<int64_t>(prompt_ids.size()) > n_ctx) {
     throw InvalidArgument(fmt::format(
@@ -60,67 +134,176 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
         "context size",
         prompt_ids.size(), n_ctx));
   }
-  const int n_vocab = ctx.model().hparams().n_vocab;
-  if (tokenizer.n_vocab() != n_vocab) {
-    throw InvalidArgument(fmt::format("the tokenizer has {} tokens but the model's vocabulary is {}",
-                                      tokenizer.n_vocab(), n_vocab));
+  const int n = params.n_samples;
+  if (resume && resume->size() != static_cast<size_t>(n)) {
+    throw InvalidArgument(fmt::format("resume state has {} samples but the request asks for {}",
+                                      resume->size(), n));
   }
-  // Fail before the first token rather than halfway through the output: the
-  // request may fill the whole context unless n_predict bounds it.
+  SamplingParams sp = params.sampling;
+  if (sp.repeat_last_n < 0) sp.repeat_last_n = n_ctx;
+
+  // Fail before the first token rather than halfway through the output: each
+  // sample may fill the whole context unless n_predict bounds it. Without a
+  // resume the prompt's full blocks are shared by every sample.
   KvBlockPool& pool = ctx.pool();
-  int64_t needed = n_ctx;
-  if (params.n_predict >= 0) {
-    needed = std::min<int64_t>(n_ctx, static_cast<int64_t>(prompt_ids.size()) + params.n_predict);
+  const int64_t bt = pool.layout().block_tokens;
+  const auto prompt_len = static_cast<int64_t>(prompt_ids.size());
+  int64_t need_blocks = 0;
+  for (int i = 0; i < n; ++i) {
+    // A finished sample (eog, stop, context) is not recomputed: it needs no
+    // blocks, and one that filled the context holds n_ctx + 1 ids.
+    if (resume && (*resume)[i].finished) continue;
+    const int64_t done = resume ? static_cast<int64_t>((*resume)[i].ids.size()) : 0;
+    if (resume && prompt_len + done > n_ctx) {
+      throw InvalidArgument(fmt::format(
+          "resume state of sample {}: prompt ({}) + generated ({}) tokens exceed the context "
+          "size {}",
+          i, prompt_len, done, n_ctx));
+    }
+    int64_t tokens = n_ctx;
+    if (params.n_predict >= 0) tokens = std::min<int64_t>(n_ctx, prompt_len + done + params.n_predict);
+    const int64_t shared = (resume || i == 0) ? 0 : prompt_len / bt;
+    need_blocks += blocks_for(tokens, bt) - shared;
   }
-  const int64_t pool_tokens = static_cast<int64_t>(pool.n_free()) * pool.layout().block_tokens;
-  if (pool_tokens < needed) {
+  if (need_blocks > pool.n_free()) {
     throw ResourceExhausted(fmt::format(
-        "the KV cache has room for {} tokens ({} free blocks of {}) but this request may need {} "
-        "(context size {}): raise the KV cache budget or lower the context size",
-        pool_tokens, pool.n_free(), pool.layout().block_tokens, needed, n_ctx));
+        "the KV cache has room for {} tokens ({} free blocks of {}) but this request ({} "
+        "sample(s), context size {}) may need {} blocks: raise the KV cache budget, lower the "
+        "context size, -n or n",
+        static_cast<int64_t>(pool.n_free()) * bt, pool.n_free(), bt, n, n_ctx, need_blocks));
   }
 
-  GenerateResult result;
-  SequenceGuard guard{pool, {}};
-  std::vector<float> logits(static_cast<size_t>(n_vocab));  // [n_vocab]
+  GenerateResult out;
+  SlotsGuard guard{pool, {}};
+  guard.slots.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Slot& s = guard.slots[i];
+    s.sampler = std::make_unique<Sampler>(sp, params.seed, static_cast<uint32_t>(i), ctx.isa());
+    s.decoder = std::make_unique<StreamDecoder>(tokenizer, params.strip_leading_space);
+    s.stop = StopText(params.stop);
+    s.logits.resize(static_cast<size_t>(n_vocab));
+    if (resume) {
+      const SampleState& st = (*resume)[i];
+      if (st.sampler.t != st.ids.size()) {
+        throw InvalidArgument(fmt::format(
+            "resume state of sample {}: the RNG counter is {} but {} ids were generated", i,
+            st.sampler.t, st.ids.size()));
+      }
+      for (TokenId id : st.ids) {
+        if (id < 0 || id >= n_vocab) {
+          throw InvalidArgument(fmt::format("resume state of sample {}: token id {} is outside "
+                                            "the vocabulary [0, {})",
+                                            i, id, n_vocab));
+        }
+      }
+      s.state = st;
+      s.sampler->restore(st.sampler);
+      s.decoder->restore(st.decoder);
+      s.stop.restore(st.held_text, st.held_shown);
+      s.active = !st.finished.has_value();
+      if (!s.active) s.result.finish = *st.finished;
+    }
+  }
 
   auto start = std::chrono::steady_clock::now();
-  if (params.prefill_chunk < 1) {
-    throw InvalidArgument(
-        fmt::format("prefill chunk size {} must be at least 1", params.prefill_chunk));
-  }
   const size_t chunk = static_cast<size_t>(params.prefill_chunk);
-  for (size_t begin = 0; begin < prompt_ids.size(); begin += chunk) {
-    const size_t count = std::min(chunk, prompt_ids.size() - begin);
-    const std::span<const TokenId> part(prompt_ids.data() + begin, count);
-    const bool last = begin + count == prompt_ids.size();
-    const SeqTokens entry{&guard.seq, part, last ? std::span<float>(logits) : std::span<float>()};
-    ctx.step(std::span<const SeqTokens>(&entry, 1));
+  if (!resume) {
+    Slot& first = guard.slots[0];
+    prefill(ctx, first.seq, prompt_ids, chunk, first.logits);
+    for (int i = 1; i < n; ++i) {
+      Slot& s = guard.slots[i];
+      s.seq = first.seq.fork(pool);
+      s.logits = first.logits;
+    }
+    for (Slot& s : guard.slots) s.sampler->accept_prompt(prompt_ids);
+  } else {
+    for (Slot& s : guard.slots) {
+      if (!s.active) continue;
+      std::vector<TokenId> all(prompt_ids);
+      all.insert(all.end(), s.state.ids.begin(), s.state.ids.end());
+      prefill(ctx, s.seq, all, chunk, s.logits);
+    }
   }
-  result.prompt_seconds = seconds_since(start);
+  out.prompt_seconds = seconds_since(start);
 
   start = std::chrono::steady_clock::now();
-  for (uint64_t t = 0;; ++t) {
-    if (params.n_predict >= 0 && result.ids.size() >= static_cast<size_t>(params.n_predict)) {
-      result.finish = FinishReason::Length;
-      break;
+  auto emit = [&](int i, TokenId id, const std::string& text) {
+    if (text.empty()) return;
+    guard.slots[i].result.text += text;
+    if (on_text) on_text(i, id, text);
+  };
+  auto finish = [&](int i, FinishReason why) {
+    Slot& s = guard.slots[i];
+    s.active = false;
+    s.result.finish = why;
+    if (why != FinishReason::Length) s.state.finished = why;
+  };
+  std::vector<SeqTokens> batch;
+  batch.reserve(static_cast<size_t>(n));
+  for (;;) {
+    batch.clear();
+    for (int i = 0; i < n; ++i) {
+      Slot& s = guard.slots[i];
+      if (!s.active) continue;
+      if (params.n_predict >= 0 && s.result.ids.size() >= static_cast<size_t>(params.n_predict)) {
+        finish(i, FinishReason::Length);
+        continue;
+      }
+      const TokenId id = s.sampler->sample(s.logits);
+      if (id < 0) {
+        throw ModelError(fmt::format(
+            "every logit of generated token {} of sample {} is NaN: the model file's weights are "
+            "broken",
+            s.state.ids.size(), i));
+      }
+      if (tokenizer.is_eog(id)) {
+        finish(i, FinishReason::Eog);
+        continue;
+      }
+      if (params.logprobs >= 0) {
+        s.result.logprobs.push_back(token_logprobs(s.logits, id, params.logprobs, ctx.isa()));
+      }
+      s.sampler->accept(id);
+      s.state.ids.push_back(id);
+      s.result.ids.push_back(id);
+      const StopText::Push p = s.stop.push(s.decoder->push(id));
+      emit(i, id, p.text);
+      if (p.matched) {
+        finish(i, FinishReason::Stop);
+        continue;
+      }
+      if (s.seq.n_tokens >= n_ctx) {
+        finish(i, FinishReason::Context);
+        continue;
+      }
+      s.next = id;
+      batch.push_back({&s.seq, std::span<const TokenId>(&s.next, 1), s.logits});
     }
-    const TokenId id = choose(logits, params, t);
-    if (tokenizer.is_eog(id)) {
-      result.finish = FinishReason::Eog;
-      break;
-    }
-    result.ids.push_back(id);
-    if (on_token) on_token(id);
-    if (guard.seq.n_tokens >= n_ctx) {
-      result.finish = FinishReason::Context;
-      break;
-    }
-    const TokenId next[1] = {id};
-    ctx.eval(guard.seq, next, logits);
+    if (batch.empty()) break;
+    ctx.step(batch);
   }
-  result.generate_seconds = seconds_since(start);
-  return result;
+  // Text still held back is shown now. A sample that stopped at -n keeps it
+  // (and the decoder's partial bytes) in its state too, so a resumed run
+  // continues matching stop strings across the pause; see SampleState.
+  for (int i = 0; i < n; ++i) {
+    Slot& s = guard.slots[i];
+    const TokenId last = s.result.ids.empty() ? -1 : s.result.ids.back();
+    const FinishReason why = s.result.finish;
+    if (why != FinishReason::Stop) emit(i, last, s.stop.flush_shown());
+    if (why != FinishReason::Stop && why != FinishReason::Length) {
+      emit(i, last, s.decoder->finish());
+    }
+    s.state.sampler = s.sampler->state();
+    s.state.decoder = s.decoder->state();
+    s.state.held_text = s.stop.held();
+    s.state.held_shown = s.stop.shown();
+  }
+  out.generate_seconds = seconds_since(start);
+  for (Slot& s : guard.slots) {
+    out.samples.push_back(std::move(s.result));
+    out.states.push_back(std::move(s.state));
+  }
+  return out;
 }
 
 }  // namespace encore

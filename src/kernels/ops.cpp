@@ -39,6 +39,19 @@ float exp_f32(float x) { return exp_f32_ref(x); }
 
 float silu(float x) { return silu_ref(x); }
 
+void exp_shifted(float* y, const float* x, float m, int64_t n, Isa isa) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
+  switch (isa) {
+    case Isa::Avx512:
+      return avx512::exp_n(y, y, n);
+    case Isa::Avx2:
+      return avx2::exp_n(y, y, n);
+    case Isa::Scalar:
+      break;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_f32_ref(y[i]);
+}
+
 void swiglu(float* out, const float* gate, const float* up, int64_t n, Isa isa) {
   switch (isa) {
     case Isa::Avx512:

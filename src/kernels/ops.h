@@ -33,6 +33,9 @@ void add_inplace(float* y, const float* x, int64_t n);
 // below 2^-126 are correctly rounded subnormals of the polynomial value).
 // Identical on every ISA.
 float exp_f32(float x);
+// y[i] = exp_f32(x[i] - m): the subtraction rounded to float, then exp_f32
+// (softmax weights of the sampler). y may alias x. Identical on every ISA.
+void exp_shifted(float* y, const float* x, float m, int64_t n, Isa isa);
 // silu(x) = x / (1 + exp_f32(-x)).
 float silu(float x);
 // out[i] = silu(gate[i]) * up[i]. out may alias gate or up (same index).

@@ -33,14 +33,14 @@ struct AttnKernels {
 inline constexpr int kAttnChunkRows = 128;  // multiple of 16
 
 namespace avx2 {
-void exp_n(const float* x, float* y, int64_t n);  // y[i] = exp_f32(x[i]) (for tests)
+void exp_n(const float* x, float* y, int64_t n);  // y[i] = exp_f32(x[i]); y may alias x
 void rmsnorm(float* out, const float* x, const float* w, int64_t n, float eps);
 void swiglu(float* out, const float* gate, const float* up, int64_t n);
 extern const AttnKernels kAttn;
 }  // namespace avx2
 
 namespace avx512 {
-void exp_n(const float* x, float* y, int64_t n);  // y[i] = exp_f32(x[i]) (for tests)
+void exp_n(const float* x, float* y, int64_t n);  // y[i] = exp_f32(x[i]); y may alias x
 void rmsnorm(float* out, const float* x, const float* w, int64_t n, float eps);
 void swiglu(float* out, const float* gate, const float* up, int64_t n);
 extern const AttnKernels kAttn;

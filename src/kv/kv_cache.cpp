@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -125,6 +126,16 @@ int32_t KvBlockPool::refcount(int32_t block) const {
   return refcounts_[static_cast<size_t>(block)];
 }
 
+void KvBlockPool::copy_block(int32_t from, int32_t to) {
+  if (refcount(from) <= 0 || refcount(to) <= 0) {
+    throw std::logic_error(
+        fmt::format("KvBlockPool::copy_block: block {} or {} is not allocated", from, to));
+  }
+  if (from == to) return;
+  std::memcpy(data_.get() + static_cast<size_t>(to) * block_bytes_,
+              data_.get() + static_cast<size_t>(from) * block_bytes_, block_bytes_);
+}
+
 uint8_t* KvBlockPool::layer_base(int32_t block, int layer) const {
   check_id(block, "k/v");
   assert(layer >= 0 && layer < layout_.n_layer);
@@ -172,6 +183,31 @@ void KvSequence::release(KvBlockPool& pool) {
   for (int32_t b : blocks) pool.release(b);
   blocks.clear();
   n_tokens = 0;
+}
+
+KvSequence KvSequence::fork(KvBlockPool& pool) const {
+  const int32_t bt = pool.layout().block_tokens;
+  const size_t used = static_cast<size_t>((n_tokens + bt - 1) / bt);
+  assert(used <= blocks.size());
+  const bool partial = n_tokens % bt != 0;
+  KvSequence out;
+  out.blocks.reserve(used);
+  if (partial) {  // allocate first: on failure nothing has been retained
+    const int32_t fresh = pool.allocate();
+    pool.copy_block(blocks[used - 1], fresh);
+    for (size_t i = 0; i + 1 < used; ++i) {
+      pool.retain(blocks[i]);
+      out.blocks.push_back(blocks[i]);
+    }
+    out.blocks.push_back(fresh);
+  } else {
+    for (size_t i = 0; i < used; ++i) {
+      pool.retain(blocks[i]);
+      out.blocks.push_back(blocks[i]);
+    }
+  }
+  out.n_tokens = n_tokens;
+  return out;
 }
 
 int64_t KvSequence::capacity(const KvBlockPool& pool) const {

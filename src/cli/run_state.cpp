@@ -1,0 +1,219 @@
+#include "cli/run_state.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "encore/error.h"
+
+namespace encore::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr const char* kFormat = "encore-run-state";
+constexpr int kVersion = 1;
+constexpr uintmax_t kMaxFileBytes = 256u << 20;  // far above any real state
+
+std::string to_hex(const std::string& bytes) {
+  std::string out;
+  for (unsigned char c : bytes) out += fmt::format("{:02x}", c);
+  return out;
+}
+
+std::string from_hex(const std::string& hex) {
+  if (hex.size() % 2 != 0) throw InvalidArgument("odd number of hex digits");
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const std::string byte = hex.substr(i, 2);
+    if (byte.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      throw InvalidArgument(fmt::format("'{}' is not a lowercase hex byte", byte));
+    }
+    out += static_cast<char>(std::stoi(byte, nullptr, 16));
+  }
+  return out;
+}
+
+Json sampling_json(const SamplingParams& p) {
+  Json j;
+  j["temp"] = p.temp;
+  j["top_k"] = p.top_k;
+  j["top_p"] = p.top_p;
+  j["min_p"] = p.min_p;
+  j["typical_p"] = p.typical_p;
+  j["repeat_penalty"] = p.repeat_penalty;
+  j["repeat_last_n"] = p.repeat_last_n;
+  j["presence_penalty"] = p.presence_penalty;
+  j["frequency_penalty"] = p.frequency_penalty;
+  Json bias = Json::array();
+  for (const auto& [id, b] : p.logit_bias) {
+    bias.push_back({id, b == -std::numeric_limits<float>::infinity() ? Json("-inf") : Json(b)});
+  }
+  j["logit_bias"] = bias;
+  j["samplers"] = sampler_order_string(p.order);
+  return j;
+}
+
+// Reads field `key` of `j` as T; errors name the field path.
+template <typename T>
+T get(const Json& j, const std::string& key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) {
+    throw InvalidArgument(fmt::format("{}: missing field '{}'", where, key));
+  }
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw InvalidArgument(fmt::format("{}: field '{}' has the wrong type ({})", where, key,
+                                      j.at(key).type_name()));
+  }
+}
+
+SamplingParams sampling_from(const Json& j, const std::string& where) {
+  SamplingParams p;
+  p.temp = get<float>(j, "temp", where);
+  p.top_k = get<int32_t>(j, "top_k", where);
+  p.top_p = get<float>(j, "top_p", where);
+  p.min_p = get<float>(j, "min_p", where);
+  p.typical_p = get<float>(j, "typical_p", where);
+  p.repeat_penalty = get<float>(j, "repeat_penalty", where);
+  p.repeat_last_n = get<int32_t>(j, "repeat_last_n", where);
+  p.presence_penalty = get<float>(j, "presence_penalty", where);
+  p.frequency_penalty = get<float>(j, "frequency_penalty", where);
+  const Json bias = get<Json>(j, "logit_bias", where);
+  if (!bias.is_array()) throw InvalidArgument(where + ": logit_bias must be an array");
+  for (const Json& e : bias) {
+    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer()) {
+      throw InvalidArgument(where + ": logit_bias entries must be [id, bias]");
+    }
+    float b = -std::numeric_limits<float>::infinity();
+    if (e[1].is_number()) {
+      b = e[1].get<float>();
+    } else if (!(e[1].is_string() && e[1] == "-inf")) {
+      throw InvalidArgument(where + ": a logit bias must be a number or \"-inf\"");
+    }
+    p.logit_bias.emplace_back(e[0].get<int32_t>(), b);
+  }
+  p.order = parse_sampler_order(get<std::string>(j, "samplers", where));
+  return p;
+}
+
+}  // namespace
+
+void save_run_state(const std::string& path, const RunState& s) {
+  Json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["system_fingerprint"] = s.system_fingerprint;
+  j["prompt_ids"] = s.prompt_ids;
+  j["n_ctx"] = s.n_ctx;
+  j["seed"] = s.seed;
+  Json req;
+  req["sampling"] = sampling_json(s.params.sampling);
+  req["n"] = s.params.n_samples;
+  req["logprobs"] = s.params.logprobs;
+  req["stop"] = s.params.stop;
+  req["strip_leading_space"] = s.params.strip_leading_space;
+  j["request"] = req;
+  Json samples = Json::array();
+  for (const SampleState& st : s.samples) {
+    Json o;
+    o["ids"] = st.ids;
+    o["t"] = st.sampler.t;
+    o["recent"] = st.sampler.recent;
+    o["held_text_hex"] = to_hex(st.held_text);
+    o["held_shown"] = st.held_shown;
+    o["decoder_pending_hex"] = to_hex(st.decoder.pending);
+    o["decoder_strip_pending"] = st.decoder.strip_pending;
+    o["finished"] = st.finished ? Json(finish_reason_name(*st.finished)) : Json(nullptr);
+    samples.push_back(o);
+  }
+  j["samples"] = samples;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << j.dump(1) << '\n';
+    out.flush();
+    if (!out) throw InvalidArgument(fmt::format("--save-state {}: cannot write {}", path, tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw InvalidArgument(fmt::format("--save-state {}: cannot rename {} over it: {}", path, tmp,
+                                      ec.message()));
+  }
+}
+
+RunState load_run_state(const std::string& path) {
+  const std::string where = "--resume " + path;
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw InvalidArgument(fmt::format("{}: cannot read the file: {}", where, ec.message()));
+  if (size > kMaxFileBytes) {
+    throw InvalidArgument(fmt::format("{}: {} bytes is too large for a run state (at most {})",
+                                      where, size, kMaxFileBytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Json j;
+  try {
+    j = Json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(fmt::format("{}: not valid JSON: {}", where, e.what()));
+  }
+  if (!j.is_object() || !j.contains("format") || j["format"] != kFormat) {
+    throw InvalidArgument(fmt::format("{}: not an encore run state (no \"format\": \"{}\")",
+                                      where, kFormat));
+  }
+  if (get<int>(j, "version", where) != kVersion) {
+    throw InvalidArgument(fmt::format("{}: version {} is not supported (this build reads {})",
+                                      where, j["version"].dump(), kVersion));
+  }
+  RunState s;
+  s.system_fingerprint = get<std::string>(j, "system_fingerprint", where);
+  s.prompt_ids = get<std::vector<TokenId>>(j, "prompt_ids", where);
+  s.n_ctx = get<int32_t>(j, "n_ctx", where);
+  if (s.n_ctx < 1) throw InvalidArgument(fmt::format("{}: n_ctx {} must be >= 1", where, s.n_ctx));
+  s.seed = get<uint64_t>(j, "seed", where);
+  const Json req = get<Json>(j, "request", where);
+  s.params.sampling = sampling_from(get<Json>(req, "sampling", where + ": request"),
+                                    where + ": request.sampling");
+  s.params.n_samples = get<int32_t>(req, "n", where + ": request");
+  s.params.logprobs = get<int32_t>(req, "logprobs", where + ": request");
+  s.params.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
+  s.params.strip_leading_space = get<bool>(req, "strip_leading_space", where + ": request");
+  const Json samples = get<Json>(j, "samples", where);
+  if (!samples.is_array() || samples.size() != static_cast<size_t>(s.params.n_samples)) {
+    throw InvalidArgument(fmt::format("{}: samples must be an array of n = {} entries", where,
+                                      s.params.n_samples));
+  }
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::string w = fmt::format("{}: samples[{}]", where, i);
+    const Json& o = samples[i];
+    SampleState st;
+    st.ids = get<std::vector<TokenId>>(o, "ids", w);
+    st.sampler.t = get<uint64_t>(o, "t", w);
+    st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
+    try {
+      st.held_text = from_hex(get<std::string>(o, "held_text_hex", w));
+      st.decoder.pending = from_hex(get<std::string>(o, "decoder_pending_hex", w));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
+    }
+    st.held_shown = get<size_t>(o, "held_shown", w);
+    st.decoder.strip_pending = get<bool>(o, "decoder_strip_pending", w);
+    if (!o.contains("finished")) throw InvalidArgument(w + ": missing field 'finished'");
+    if (!o["finished"].is_null()) {
+      st.finished = finish_reason_from_name(get<std::string>(o, "finished", w));
+    }
+    s.samples.push_back(std::move(st));
+  }
+  return s;
+}
+
+}  // namespace encore::cli
