@@ -15,9 +15,9 @@
 //
 // Determinism (the one place it is written down): every stage orders
 // candidates by (logit descending, id ascending), a strict total order, so
-// ties always go to the lowest id whatever the sort algorithm; every sum of
-// probabilities runs in that order or in ascending id order as stated, in
-// double. Weights are w_i = exp_f32(l_i - l_max), Encore's own float exp
+// ties always go to the lowest id whatever the sort algorithm. Softmax
+// totals are summed over all candidates in ascending id order, cumulative
+// sums (top_p, typ_p) in the stage's walking order, all in double. Weights are w_i = exp_f32(l_i - l_max), Encore's own float exp
 // (kernels/ops.h: identical bits on every ISA and machine), never libm's;
 // logs are log_f64 (kernels/ops_math.h). The result of sample() is a pure
 // function of the logits, the params, the sampler state and (seed, stream).
@@ -78,6 +78,12 @@ struct TokenData {
   TokenId id;
   float logit;
 };
+
+// The canonical order: logit descending, ties by id ascending. Strict and
+// total (ids are unique), so any sort algorithm gives the same sequence.
+inline bool canonical_before(const TokenData& a, const TokenData& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
 
 // The set a chain narrows down. Starts as every non-NaN token in id order.
 // Invariant kept by every stage: items are in ascending id order when
@@ -202,6 +208,7 @@ class Sampler {
   uint64_t seed_;
   uint32_t stream_;
   Isa isa_;
+  bool plain_greedy_ = false;  // the chain reduces to argmax (see the constructor)
   SamplerChain chain_;
   SamplerState state_;
   Candidates cur_;  // scratch

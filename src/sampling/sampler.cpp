@@ -17,12 +17,6 @@
 namespace encore {
 namespace {
 
-// The canonical order: logit descending, ties by id ascending. Strict and
-// total (ids are unique), so any sort algorithm gives the same sequence.
-bool before(const TokenData& a, const TokenData& b) {
-  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-}
-
 float nan_to_neg_inf(float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; }
 
 }  // namespace
@@ -53,7 +47,7 @@ void Candidates::reset(std::span<const float> logits) {
 
 void Candidates::sort() {
   if (sorted) return;
-  std::sort(items.begin(), items.end(), before);
+  std::sort(items.begin(), items.end(), canonical_before);
   sorted = true;
 }
 
@@ -66,7 +60,7 @@ void Candidates::keep_top(size_t n) {
   if (!sorted) {
     // O(size log n): only the kept head needs ordering.
     std::partial_sort(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(n), items.end(),
-                      before);
+                      canonical_before);
     sorted = true;
   }
   items.resize(n);
@@ -133,11 +127,19 @@ LogprobEntry token_logprobs(std::span<const float> logits, TokenId chosen, int t
   e.chosen = {chosen, lp(static_cast<size_t>(chosen))};
   const size_t k = std::min(n, static_cast<size_t>(std::max(top_n, 0)));
   if (k > 0) {
-    std::vector<TokenData> all(n);
-    for (size_t i = 0; i < n; ++i) all[i] = {static_cast<TokenId>(i), l[i]};
-    std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), before);
+    // The k best in canonical order, kept sorted by insertion: O(n k) worst
+    // case, O(n) in practice (most logits lose to the current k-th at once).
+    std::vector<TokenData> best;
+    best.reserve(k + 1);
+    for (size_t i = 0; i < n; ++i) {
+      const TokenData t{static_cast<TokenId>(i), l[i]};
+      if (best.size() == k && !canonical_before(t, best.back())) continue;
+      auto pos = std::upper_bound(best.begin(), best.end(), t, canonical_before);
+      best.insert(pos, t);
+      if (best.size() > k) best.pop_back();
+    }
     e.top.reserve(k);
-    for (size_t i = 0; i < k; ++i) e.top.push_back({all[i].id, lp(static_cast<size_t>(all[i].id))});
+    for (const TokenData& t : best) e.top.push_back({t.id, lp(static_cast<size_t>(t.id))});
   }
   return e;
 }
@@ -169,6 +171,18 @@ Sampler::Sampler(const SamplingParams& params, uint64_t seed, uint32_t stream, I
         break;
     }
   }
+  // Greedy without bias, penalties or typical: every other stage keeps the
+  // top token, so the chain's answer is the plain argmax (ties to the lowest
+  // id) and the O(n_vocab) candidate set is skipped.
+  const auto in_order = [&](StageKind k) {
+    return std::find(params.order.begin(), params.order.end(), k) != params.order.end();
+  };
+  plain_greedy_ =
+      params.temp <= 0.0f && params.logit_bias.empty() &&
+      (!in_order(StageKind::Penalties) ||
+       !make_penalties(params.repeat_penalty, params.repeat_last_n, params.frequency_penalty,
+                       params.presence_penalty)) &&
+      (!in_order(StageKind::TypicalP) || params.typical_p >= 1.0f);
   // Temperature 0 means greedy even when the order leaves the stage out.
   if (params.temp <= 0.0f &&
       std::find(params.order.begin(), params.order.end(), StageKind::Temperature) ==
@@ -178,11 +192,17 @@ Sampler::Sampler(const SamplingParams& params, uint64_t seed, uint32_t stream, I
 }
 
 Sampler::Sampler(const Sampler& o)
-    : params_(o.params_), seed_(o.seed_), stream_(o.stream_), isa_(o.isa_), state_(o.state_) {
+    : params_(o.params_),
+      seed_(o.seed_),
+      stream_(o.stream_),
+      isa_(o.isa_),
+      plain_greedy_(o.plain_greedy_),
+      state_(o.state_) {
   chain_.add(o.chain_.clone());
 }
 
 TokenId Sampler::sample(std::span<const float> logits) {
+  if (plain_greedy_) return argmax(logits);
   cur_.reset(logits);
   if (cur_.items.empty()) return -1;
   chain_.apply(cur_, state_);

@@ -27,20 +27,43 @@ ptrdiff_t find_id(const Candidates& cur, TokenId id) {
   return -1;
 }
 
-// Softmax weights of a sorted set: w[i] = exp_f32(l_i - l_0) (w[0] = 1);
-// returns their sum, added in sorted order in double.
+// w = exp_f32(l - max), and exactly 1 where l == max (an all -inf set is
+// then uniform instead of 0/0). Scalar exp_f32 and exp_shifted give the
+// same bits.
+float weight(float l, float max) { return l == max ? 1.0f : kernels::exp_f32(l - max); }
+
+// The canonical softmax total of a set (sampler.h): the sum of the weights
+// of all items in ascending id order, in double. A sorted set is re-ordered
+// by id for the sum (sorted sets are small: they follow top_k in the
+// default chain).
+double weight_total(const Candidates& cur, float max, Isa isa) {
+  std::vector<float> w(cur.items.size());  // [n] weights in id order
+  if (!cur.sorted) {
+    for (size_t i = 0; i < w.size(); ++i) w[i] = cur.items[i].logit;
+  } else {
+    std::vector<TokenData> byid(cur.items);
+    std::sort(byid.begin(), byid.end(),
+              [](const TokenData& a, const TokenData& b) { return a.id < b.id; });
+    for (size_t i = 0; i < w.size(); ++i) w[i] = byid[i].logit;
+  }
+  std::vector<float> l(w);  // [n] the logits, to spot l == max
+  kernels::exp_shifted(w.data(), w.data(), max, static_cast<int64_t>(w.size()), isa);
+  double total = 0.0;
+  for (size_t i = 0; i < w.size(); ++i) total += l[i] == max ? 1.0 : static_cast<double>(w[i]);
+  return total;
+}
+
+// Weights of a sorted set in its order (w[0] = 1); returns weight_total.
 double sorted_weights(const Candidates& cur, std::vector<float>& w, Isa isa) {
   const size_t n = cur.items.size();
   w.resize(n);
   for (size_t i = 0; i < n; ++i) w[i] = cur.items[i].logit;
   const float max = cur.items[0].logit;
   kernels::exp_shifted(w.data(), w.data(), max, static_cast<int64_t>(n), isa);
-  double total = 0.0;
   for (size_t i = 0; i < n; ++i) {
     if (cur.items[i].logit == max) w[i] = 1.0f;
-    total += w[i];
   }
-  return total;
+  return weight_total(cur, max, isa);
 }
 
 class LogitBias final : public SamplerStage {
@@ -117,17 +140,34 @@ class TopP final : public SamplerStage {
   TopP(float p, Isa isa) : p_(p), isa_(isa) {}
   std::string_view name() const override { return "top_p"; }
   void apply(Candidates& cur, const SamplerState&) const override {
-    cur.sort();
-    std::vector<float> w;
-    const double target = static_cast<double>(p_) * sorted_weights(cur, w, isa_);
+    float max = -std::numeric_limits<float>::infinity();
+    for (const TokenData& t : cur.items) max = std::max(max, t.logit);
+    const double target = static_cast<double>(p_) * weight_total(cur, max, isa_);
+    // Walk the canonical order until the cumulative weight reaches the
+    // target. Without a top_k before, sorting the whole vocabulary would
+    // dominate, so the order is built in growing chunks: a partial_sort of
+    // the rest puts exactly the next items of the global order in front,
+    // so the walk (and the result) is the same as after a full sort.
+    auto& it = cur.items;
+    const size_t n = it.size();
+    size_t done = cur.sorted ? n : 0;  // items [0, done) are in final order
+    size_t chunk = 64;
     double cum = 0.0;
-    for (size_t i = 0; i < w.size(); ++i) {
-      cum += w[i];
+    for (size_t i = 0; i < n; ++i) {
+      if (i == done) {
+        const size_t end = std::min(n, done + chunk);
+        std::partial_sort(it.begin() + static_cast<ptrdiff_t>(done),
+                          it.begin() + static_cast<ptrdiff_t>(end), it.end(), canonical_before);
+        done = end;
+        chunk *= 4;
+      }
+      cum += weight(it[i].logit, max);
       if (cum >= target) {
-        cur.items.resize(i + 1);
-        return;
+        it.resize(i + 1);
+        break;
       }
     }
+    cur.sorted = true;
   }
   std::unique_ptr<SamplerStage> clone() const override { return std::make_unique<TopP>(*this); }
 
