@@ -178,7 +178,7 @@ TEST_F(CliRepro, ResumeRefusesRequestFlags) {
   run_json(m() + kCombo + Args{"-n", "4", "--save-state", state});
   for (const Args& extra :
        {Args{"--top-k", "5"}, Args{"-p", "hello"}, Args{"--seed", "1"}, Args{"--temp", "0.5"},
-        Args{"--n", "2"}, Args{"--stop", "x"}, Args{"--logprobs", "1"}, Args{"--top-p", "0.5"},
+        Args{"--n", "2"}, Args{"--stop", "x"}, Args{"--top-p", "0.5"},
         Args{"--repeat-penalty", "1.3"}, Args{"--logit-bias", "5+1"}, Args{"--samplers", "top_k"},
         Args{"--chat"}}) {
     const CliResult r = run_refused(m() + Args{"--resume", state, "-n", "3"} + extra);
@@ -232,14 +232,25 @@ TEST_F(CliRepro, BrokenStateFilesGiveClearErrors) {
   mutate("odd hex", [](Json& c) { c["samples"][1]["held_text_hex"] = "abc"; }, "hex");
   mutate("not hex", [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "zz"; }, "hex");
   mutate("decoder bytes too long", [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "e282e282"; },
-         "pending");
+         "decoder bytes");
+  mutate("decoder bytes that do not follow from the ids",
+         [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "e2"; }, "decoder bytes");
+  mutate("held text without stop strings",
+         [](Json& c) { c["samples"][1]["held_text_hex"] = "4141"; }, "held text");
+  mutate("finished at length", [](Json& c) { c["samples"][0]["finished"] = "length"; }, "length");
+  mutate("huge n_ctx", [](Json& c) { c["n_ctx"] = 2147483647; }, "n_ctx");
+  mutate("n_ctx wrapping past 32 bits", [](Json& c) { c["n_ctx"] = 4294967297ull; }, "n_ctx");
+  mutate("float top_k", [](Json& c) { c["request"]["sampling"]["top_k"] = 1e300; }, "top_k");
+  mutate("huge temperature", [](Json& c) { c["request"]["sampling"]["temp"] = 1e300; }, "temp");
+  mutate("logit bias id wrapping past 32 bits",
+         [](Json& c) { c["request"]["sampling"]["logit_bias"][0][0] = 4294967301ull; }, "logit_bias");
   mutate("window longer than repeat_last_n",
          [](Json& c) {
            Json r = Json::array();
            for (int i = 0; i < 100; ++i) r.push_back(5);
            c["samples"][0]["recent"] = r;
          },
-         "repeat_last_n");
+         "penalty window");
   mutate("fewer samples than n", [](Json& c) { c["samples"].erase(1); }, "samples");
   mutate("n = 0", [](Json& c) {
     c["request"]["n"] = 0;
@@ -314,6 +325,42 @@ TEST_F(CliRepro, ReportedSeedReproducesASeedlessRun) {
   expect_same_choice(a, again, "seedless run vs --seed " + std::to_string(seed));
   EXPECT_EQ(again.at("seed"), a.at("seed"));
   EXPECT_EQ(again.at("system_fingerprint"), a.at("system_fingerprint"));
+}
+
+}  // namespace
+}  // namespace encore::test
+
+namespace encore::test {
+namespace {
+
+TEST(CliReproFlags, LogitBiasSyntaxIsStrict) {
+  ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
+  for (const char* bad : {"5+", "+5", "5--1", "5+-1", "5+ 1", "5+0x10", "99999999999+1",
+                          "5-1e40", "5+inf", "5*2", "a+1"}) {
+    const CliResult r = run_refused({"-m", model, "-n", "1", "--logit-bias", bad});
+    EXPECT_NE(r.err.find("--logit-bias"), std::string::npos) << bad << ": " << r.err;
+  }
+  for (const char* good : {"5+1", "5-0.5", "5-inf", "5+1.5e2"}) {
+    run_json({"-m", model, "-n", "1", "--logit-bias", good});
+  }
+}
+
+TEST(CliReproFlags, JsonAfterAPlainSaveStillReportsLogprobs) {
+  ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
+  TempDir tmp;
+  const std::string state = tmp.file("plain.json");
+  const CliResult saved = run_encore({"run", "-m", model, "-c", "256", "-p", "Tom", "--seed", "3",
+                                      "-n", "4", "--save-state", state});
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  const Json resumed = run_json({"-m", model, "--resume", state, "-n", "4", "--logprobs", "2"});
+  ASSERT_EQ(resumed["ids"].size(), 4u);
+  ASSERT_EQ(resumed["logprobs"].size(), 4u);
+  EXPECT_EQ(resumed["logprobs"][0]["top_logprobs"].size(), 2u);
+  const Json whole = run_json({"-m", model, "-p", "Tom", "--seed", "3", "-n", "8",
+                               "--logprobs", "2"});
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(whole["logprobs"][4 + i], resumed["logprobs"][i]) << "position " << 4 + i;
+  }
 }
 
 }  // namespace

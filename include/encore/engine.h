@@ -2,8 +2,8 @@
 //
 // Reproducibility contract (docs/reproducibility.md): sample i of a request
 // is a pure function of the model, the numerics settings (system
-// fingerprint), the prompt ids, the sampling params, the stop strings and
-// (seed, i). It does not depend on n, the thread count, the ISA, the prefill
+// fingerprint), the prompt ids, the sampling params, the stop strings, the
+// context size and (seed, i). It does not depend on n, the thread count, the ISA, the prefill
 // chunk size, other sequences in the same step, or on whether the
 // generation was interrupted and resumed from a GenerationState.
 //

@@ -174,9 +174,11 @@ double uniform_double(uint32_t hi, uint32_t lo);
 
 // ---- The sampler of one sample of one request ------------------------------
 
-// Ownership: owns its chain and state. Cost of sample(): O(n_vocab) to build
-// the candidates plus O(n_vocab) for top_k (nth_element), then the later
-// stages on what survives.
+// Ownership: owns its chain and state. Cost of sample(): O(n_vocab) for a
+// plain greedy argmax; otherwise O(n_vocab) to build the candidates plus
+// O(n_vocab log k) for top_k (partial_sort), then the later stages on what
+// survives. Without top_k, top_p sorts as much of the vocabulary as its
+// nucleus needs and typ_p sorts all of it (O(n_vocab log n_vocab)).
 class Sampler {
  public:
   // params must be validated and repeat_last_n resolved (>= 0).

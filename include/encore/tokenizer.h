@@ -193,6 +193,10 @@ class Tokenizer {
 // So the output is always valid UTF-8, and for ids whose decode() is valid
 // UTF-8 the concatenation of all push() results and finish() equals
 // decode(ids, render_special, strip_leading_space).
+// True if `s` is well-formed UTF-8 (Unicode Table 3-7: no truncated or
+// overlong sequences, no surrogates). O(size).
+bool is_valid_utf8(std::string_view s);
+
 class StreamDecoder {
  public:
   // Borrows `tok` (must outlive this). strip_leading_space and render_special

@@ -141,22 +141,31 @@ std::vector<TokenId> encode_prompt(const Tokenizer& tok, const std::string& text
 }
 
 // "15043+1", "15043-0.5", "15043-inf": llama.cpp's --logit-bias format.
+// One sign, then a plain decimal number (no second sign, no spaces, no hex).
 std::pair<TokenId, float> parse_logit_bias(const std::string& text) {
-  const size_t sign = text.find_first_of("+-", 1);
-  const auto bad = [&] {
+  const auto bad = [&](const char* why) {
     return InvalidArgument(fmt::format(
-        "--logit-bias {}: expected TOKEN_ID followed by +BIAS or -BIAS (e.g. 15043+1, 2-inf)", text));
+        "--logit-bias {}: {}; expected TOKEN_ID followed by +BIAS or -BIAS (e.g. 15043+1, "
+        "2-inf)",
+        text, why));
   };
-  if (sign == std::string::npos || sign == 0) throw bad();
-  const std::string id_text = text.substr(0, sign), bias_text = text.substr(sign);
-  if (id_text.find_first_not_of("0123456789") != std::string::npos || id_text.size() > 9) throw bad();
-  if (bias_text == "-inf") return {std::stoi(id_text), -std::numeric_limits<float>::infinity()};
-  double bias = 0;
-  if (!CLI::detail::lexical_cast(bias_text.substr(bias_text[0] == '+' ? 1 : 0), bias) ||
-      !std::isfinite(bias)) {
-    throw bad();
+  const size_t sign = text.find_first_of("+-");
+  if (sign == std::string::npos || sign == 0) throw bad("no token id before a + or - sign");
+  const std::string id_text = text.substr(0, sign), num = text.substr(sign + 1);
+  if (id_text.find_first_not_of("0123456789") != std::string::npos || id_text.size() > 9) {
+    throw bad("the token id is not a number below 10^9");
   }
-  return {std::stoi(id_text), static_cast<float>(bias)};
+  const TokenId id = std::stoi(id_text);
+  if (text[sign] == '-' && num == "inf") return {id, -std::numeric_limits<float>::infinity()};
+  if (num.empty() || num.find_first_not_of("0123456789.eE") != std::string::npos ||
+      num.find_first_of("eE") == 0) {
+    throw bad("the bias is not a plain decimal number");
+  }
+  double bias = 0;
+  if (!CLI::detail::lexical_cast(num, bias) || !(bias <= std::numeric_limits<float>::max())) {
+    throw bad("the bias is not a finite float");
+  }
+  return {id, static_cast<float>(text[sign] == '-' ? -bias : bias)};
 }
 
 // The request's settings from the flags (or, with --resume, from the file).
@@ -229,6 +238,9 @@ void run_generate(const RunArgs& a) {
   const DType kv_type = parse_kv_type(a.kv_type);
   const KvLayout layout = kv_layout_for(hp, kv_type);
   GenerateParams params = saved ? saved->params : request_params(a, n_ctx);
+  // Logprobs do not change what is sampled, so a resumed run may ask for
+  // more of them than the original did.
+  params.logprobs = std::max({params.logprobs, a.logprobs, a.json ? 0 : -1});
   params.n_predict = a.n_predict;
   params.prefill_chunk = a.batch_size;
   params.validate(hp.n_vocab);
@@ -314,14 +326,23 @@ void run_generate(const RunArgs& a) {
     fmt::print("{}", prompt);
     std::fflush(stdout);
   }
-  const GenerateResult r = generate(
-      ctx, *tokenizer, prompt_ids, params,
-      [&](int, TokenId, std::string_view text) {
-        if (!stream) return;
-        fmt::print("{}", text);
-        std::fflush(stdout);
-      },
-      saved ? &saved->samples : nullptr);
+  const auto run = [&] {
+    return generate(
+        ctx, *tokenizer, prompt_ids, params,
+        [&](int, TokenId, std::string_view text) {
+          if (!stream) return;
+          fmt::print("{}", text);
+          std::fflush(stdout);
+        },
+        saved ? &saved->samples : nullptr);
+  };
+  GenerateResult r;
+  try {
+    r = run();
+  } catch (const InvalidArgument& e) {
+    if (!saved) throw;
+    throw InvalidArgument(fmt::format("--resume {}: {}", a.resume, e.what()));
+  }
 
   if (!a.save_state.empty()) {
     save_run_state(a.save_state, RunState{system_fp, prompt_ids, n_ctx, seed, params, r.states});
@@ -459,9 +480,10 @@ void add_run_command(CLI::App& app) {
   req(sub->add_option("--n", args->n_samples,
                       "Samples of the prompt; sample i is the same whatever N is")
           ->check(CLI::Range(1, kMaxSamples)));
-  req(sub->add_option("--logprobs", args->logprobs,
-                      "With --json: also the N most likely tokens at each position")
-          ->check(CLI::Range(0, kMaxTopLogprobs)));
+  sub->add_option("--logprobs", args->logprobs,
+                  "With --json: also the N most likely tokens at each position (allowed with "
+                  "--resume: logprobs never change what is sampled)")
+      ->check(CLI::Range(0, kMaxTopLogprobs));
   sub->add_option("--save-state", args->save_state,
                   "Write what is needed to continue this generation (ids, sampler state) to "
                   "FILE")

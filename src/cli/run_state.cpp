@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "encore/error.h"
 
@@ -18,6 +20,7 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kFormat = "encore-run-state";
 constexpr int kVersion = 1;
 constexpr uintmax_t kMaxFileBytes = 256u << 20;  // far above any real state
+constexpr int32_t kMaxStateCtx = 1 << 20;         // `encore run -c` accepts no more
 
 std::string to_hex(const std::string& bytes) {
   std::string out;
@@ -58,18 +61,58 @@ Json sampling_json(const SamplingParams& p) {
   return j;
 }
 
-// Reads field `key` of `j` as T; errors name the field path.
+// One JSON value as T, range-checked (nlohmann's get<> would wrap an
+// out-of-range integer or turn 1e300 into an int by undefined behaviour).
+template <typename T>
+T convert(const Json& v, const std::string& what) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) throw InvalidArgument(fmt::format("{} must be true or false", what));
+    return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) throw InvalidArgument(fmt::format("{} must be an integer", what));
+    const bool ok = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                        : v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                              (v.get<int64_t>() < 0 ||
+                               static_cast<uint64_t>(v.get<int64_t>()) <=
+                                   static_cast<uint64_t>(std::numeric_limits<T>::max()));
+    if (!ok) {
+      throw InvalidArgument(fmt::format("{} = {} is out of range [{}, {}]", what, v.dump(),
+                                        std::numeric_limits<T>::min(),
+                                        std::numeric_limits<T>::max()));
+    }
+    return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>())
+                                  : static_cast<T>(v.get<int64_t>());
+  } else if constexpr (std::is_same_v<T, float>) {
+    if (!v.is_number()) throw InvalidArgument(fmt::format("{} must be a number", what));
+    const double d = v.get<double>();
+    if (!(std::fabs(d) <= std::numeric_limits<float>::max())) {
+      throw InvalidArgument(fmt::format("{} = {} is not a finite float", what, v.dump()));
+    }
+    return static_cast<float>(d);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) throw InvalidArgument(fmt::format("{} must be a string", what));
+    return v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, Json>) {
+    return v;
+  } else {  // std::vector<U>
+    if (!v.is_array()) throw InvalidArgument(fmt::format("{} must be an array", what));
+    T out;
+    out.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      out.push_back(convert<typename T::value_type>(v[i], fmt::format("{}[{}]", what, i)));
+    }
+    return out;
+  }
+}
+
+// Reads field `key` of `j` as T; errors name the file and the field.
 template <typename T>
 T get(const Json& j, const std::string& key, const std::string& where) {
   if (!j.is_object() || !j.contains(key)) {
     throw InvalidArgument(fmt::format("{}: missing field '{}'", where, key));
   }
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw InvalidArgument(fmt::format("{}: field '{}' has the wrong type ({})", where, key,
-                                      j.at(key).type_name()));
-  }
+  return convert<T>(j.at(key), fmt::format("{}: field '{}'", where, key));
 }
 
 SamplingParams sampling_from(const Json& j, const std::string& where) {
@@ -86,16 +129,13 @@ SamplingParams sampling_from(const Json& j, const std::string& where) {
   const Json bias = get<Json>(j, "logit_bias", where);
   if (!bias.is_array()) throw InvalidArgument(where + ": logit_bias must be an array");
   for (const Json& e : bias) {
-    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer()) {
+    if (!e.is_array() || e.size() != 2) {
       throw InvalidArgument(where + ": logit_bias entries must be [id, bias]");
     }
+    const auto id = convert<int32_t>(e[0], where + ": logit_bias id");
     float b = -std::numeric_limits<float>::infinity();
-    if (e[1].is_number()) {
-      b = e[1].get<float>();
-    } else if (!(e[1].is_string() && e[1] == "-inf")) {
-      throw InvalidArgument(where + ": a logit bias must be a number or \"-inf\"");
-    }
-    p.logit_bias.emplace_back(e[0].get<int32_t>(), b);
+    if (!(e[1].is_string() && e[1] == "-inf")) b = convert<float>(e[1], where + ": logit_bias");
+    p.logit_bias.emplace_back(id, b);
   }
   p.order = parse_sampler_order(get<std::string>(j, "samplers", where));
   return p;
@@ -178,7 +218,14 @@ RunState load_run_state(const std::string& path) {
   s.system_fingerprint = get<std::string>(j, "system_fingerprint", where);
   s.prompt_ids = get<std::vector<TokenId>>(j, "prompt_ids", where);
   s.n_ctx = get<int32_t>(j, "n_ctx", where);
-  if (s.n_ctx < 1) throw InvalidArgument(fmt::format("{}: n_ctx {} must be >= 1", where, s.n_ctx));
+  if (s.n_ctx < 1 || s.n_ctx > kMaxStateCtx) {
+    throw InvalidArgument(
+        fmt::format("{}: n_ctx {} must be in [1, {}]", where, s.n_ctx, kMaxStateCtx));
+  }
+  if (s.prompt_ids.empty() || s.prompt_ids.size() > static_cast<size_t>(s.n_ctx)) {
+    throw InvalidArgument(fmt::format("{}: the prompt has {} ids; it must have 1 to n_ctx = {}",
+                                      where, s.prompt_ids.size(), s.n_ctx));
+  }
   s.seed = get<uint64_t>(j, "seed", where);
   const Json req = get<Json>(j, "request", where);
   s.params.sampling = sampling_from(get<Json>(req, "sampling", where + ": request"),
@@ -197,6 +244,12 @@ RunState load_run_state(const std::string& path) {
     const Json& o = samples[i];
     SampleState st;
     st.ids = get<std::vector<TokenId>>(o, "ids", w);
+    // A sample stops when its last token would not fit (finish "context"),
+    // so it holds at most n_ctx - prompt + 1 ids.
+    if (s.prompt_ids.size() + st.ids.size() > static_cast<size_t>(s.n_ctx) + 1) {
+      throw InvalidArgument(fmt::format("{}: {} ids after a {}-token prompt exceed the context size n_ctx = {}", w,
+                                        st.ids.size(), s.prompt_ids.size(), s.n_ctx));
+    }
     st.sampler.t = get<uint64_t>(o, "t", w);
     st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
     try {
@@ -209,7 +262,15 @@ RunState load_run_state(const std::string& path) {
     st.decoder.strip_pending = get<bool>(o, "decoder_strip_pending", w);
     if (!o.contains("finished")) throw InvalidArgument(w + ": missing field 'finished'");
     if (!o["finished"].is_null()) {
-      st.finished = finish_reason_from_name(get<std::string>(o, "finished", w));
+      try {
+        st.finished = finish_reason_from_name(get<std::string>(o, "finished", w));
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
+      }
+      if (*st.finished == FinishReason::Length) {
+        throw InvalidArgument(w + ": finished = \"length\" is never saved (a sample that reached "
+                                  "-n can continue): use null");
+      }
     }
     s.samples.push_back(std::move(st));
   }

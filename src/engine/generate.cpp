@@ -56,6 +56,60 @@ void prefill(ForwardContext& ctx, KvSequence& seq, std::span<const TokenId> ids,
 
 int64_t blocks_for(int64_t tokens, int64_t bt) { return (tokens + bt - 1) / bt; }
 
+// Sets up sample i from a saved state. The RNG counter, penalty window, UTF-8
+// decoder and held stop text are functions of the prompt and the ids, so
+// they are recomputed and must equal the saved copies: a file that was
+// edited or belongs to another request is an error, never a silently
+// different continuation.
+void restore_sample(Slot& s, const SampleState& st, int i, const std::vector<TokenId>& prompt,
+                    int n_vocab) {
+  const auto fail = [&](const std::string& what) {
+    return InvalidArgument(fmt::format("resume state of sample {}: {}", i, what));
+  };
+  for (TokenId id : st.ids) {
+    if (id < 0 || id >= n_vocab) {
+      throw fail(fmt::format("token id {} is outside the vocabulary [0, {})", id, n_vocab));
+    }
+  }
+  if (st.finished == FinishReason::Length) {
+    throw fail("finished = length is never saved (such a sample continues)");
+  }
+  s.sampler->accept_prompt(prompt);
+  bool matched = false;
+  for (size_t k = 0; k < st.ids.size(); ++k) {
+    s.sampler->accept(st.ids[k]);
+    const StopText::Push p = s.stop.push(s.decoder->push(st.ids[k]));
+    if (p.matched && k + 1 != st.ids.size()) {
+      throw fail(fmt::format("a stop string ends at generated token {}, yet more follow", k));
+    }
+    matched = matched || p.matched;
+  }
+  if (st.sampler.t != s.sampler->state().t || st.sampler.recent != s.sampler->state().recent) {
+    throw fail(fmt::format(
+        "its RNG counter ({}) or penalty window ({} ids) does not match its {} ids and the "
+        "prompt: the file was edited or belongs to another request",
+        st.sampler.t, st.sampler.recent.size(), st.ids.size()));
+  }
+  if (matched != (st.finished == FinishReason::Stop)) {
+    throw fail(matched ? "its ids complete a stop string but it is not marked finished by stop"
+                       : "it is marked finished by a stop string its ids do not contain");
+  }
+  s.state = st;
+  s.active = !st.finished.has_value();
+  if (!s.active) {  // nothing more to do; its text was flushed when it finished
+    s.result.finish = *st.finished;
+    return;
+  }
+  const StreamDecoder::State dec = s.decoder->state();
+  if (st.decoder.pending != dec.pending || st.decoder.strip_pending != dec.strip_pending ||
+      st.held_text != s.stop.held()) {
+    throw fail(
+        "its held text or decoder bytes do not match its ids: the file was edited or belongs to "
+        "another request");
+  }
+  s.stop.restore(st.held_text, st.held_shown);
+}
+
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
@@ -101,9 +155,12 @@ void GenerateParams::validate(int n_vocab) const {
   }
   for (const std::string& s : stop) {
     if (s.empty() || s.size() > kMaxStopBytes) {
-      throw InvalidArgument(fmt::format("stop string '{}' must have 1 to {} bytes", s,
-                                        kMaxStopBytes));
+      throw InvalidArgument(fmt::format("a stop string has {} bytes; it must have 1 to {}",
+                                        s.size(), kMaxStopBytes));
     }
+    // The text it is matched in is valid UTF-8; an invalid stop string could
+    // match inside a character and cut the text there.
+    if (!is_valid_utf8(s)) throw InvalidArgument("a stop string is not valid UTF-8");
   }
 }
 
@@ -148,7 +205,9 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
   KvBlockPool& pool = ctx.pool();
   const int64_t bt = pool.layout().block_tokens;
   const auto prompt_len = static_cast<int64_t>(prompt_ids.size());
-  int64_t need_blocks = 0;
+  // Peak use: the prompt's full blocks (shared), plus per running sample the
+  // blocks past them (a fork copies the prompt's partial block).
+  int64_t need_blocks = prompt_len / bt;
   for (int i = 0; i < n; ++i) {
     // A finished sample (eog, stop, context) is not recomputed: it needs no
     // blocks, and one that filled the context holds n_ctx + 1 ids.
@@ -162,8 +221,7 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
     }
     int64_t tokens = n_ctx;
     if (params.n_predict >= 0) tokens = std::min<int64_t>(n_ctx, prompt_len + done + params.n_predict);
-    const int64_t shared = (resume || i == 0) ? 0 : prompt_len / bt;
-    need_blocks += blocks_for(tokens, bt) - shared;
+    need_blocks += blocks_for(tokens, bt) - prompt_len / bt;
   }
   if (need_blocks > pool.n_free()) {
     throw ResourceExhausted(fmt::format(
@@ -182,46 +240,36 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
     s.decoder = std::make_unique<StreamDecoder>(tokenizer, params.strip_leading_space);
     s.stop = StopText(params.stop);
     s.logits.resize(static_cast<size_t>(n_vocab));
-    if (resume) {
-      const SampleState& st = (*resume)[i];
-      if (st.sampler.t != st.ids.size()) {
-        throw InvalidArgument(fmt::format(
-            "resume state of sample {}: the RNG counter is {} but {} ids were generated", i,
-            st.sampler.t, st.ids.size()));
-      }
-      for (TokenId id : st.ids) {
-        if (id < 0 || id >= n_vocab) {
-          throw InvalidArgument(fmt::format("resume state of sample {}: token id {} is outside "
-                                            "the vocabulary [0, {})",
-                                            i, id, n_vocab));
-        }
-      }
-      s.state = st;
-      s.sampler->restore(st.sampler);
-      s.decoder->restore(st.decoder);
-      s.stop.restore(st.held_text, st.held_shown);
-      s.active = !st.finished.has_value();
-      if (!s.active) s.result.finish = *st.finished;
-    }
+    if (resume) restore_sample(s, (*resume)[i], i, prompt_ids, n_vocab);
+    if (!resume) s.sampler->accept_prompt(prompt_ids);
   }
 
   auto start = std::chrono::steady_clock::now();
   const size_t chunk = static_cast<size_t>(params.prefill_chunk);
-  if (!resume) {
-    Slot& first = guard.slots[0];
-    prefill(ctx, first.seq, prompt_ids, chunk, first.logits);
-    for (int i = 1; i < n; ++i) {
-      Slot& s = guard.slots[i];
-      s.seq = first.seq.fork(pool);
-      s.logits = first.logits;
+  bool any_active = false;
+  for (const Slot& s : guard.slots) any_active = any_active || s.active;
+  if (params.n_predict != 0 && any_active) {
+    // The prompt runs once; each sample forks its KV, then (resuming) runs
+    // its own ids. Chunk invariance makes this the same bits as running
+    // prompt + ids in one go.
+    SlotsGuard base{pool, std::vector<Slot>(1)};
+    std::vector<float> base_logits(static_cast<size_t>(n_vocab));  // [n_vocab]
+    prefill(ctx, base.slots[0].seq, prompt_ids, chunk, base_logits);
+    // Every running sample but the last forks the prompt; the last takes it
+    // over (forks first: they copy the prompt's partial block as it is).
+    int last = n - 1;
+    while (!guard.slots[last].active) --last;
+    for (int i = 0; i < last; ++i) {
+      if (guard.slots[i].active) guard.slots[i].seq = base.slots[0].seq.fork(pool);
     }
-    for (Slot& s : guard.slots) s.sampler->accept_prompt(prompt_ids);
-  } else {
+    std::swap(guard.slots[last].seq, base.slots[0].seq);
     for (Slot& s : guard.slots) {
       if (!s.active) continue;
-      std::vector<TokenId> all(prompt_ids);
-      all.insert(all.end(), s.state.ids.begin(), s.state.ids.end());
-      prefill(ctx, s.seq, all, chunk, s.logits);
+      if (!s.state.ids.empty()) {
+        prefill(ctx, s.seq, s.state.ids, chunk, s.logits);
+      } else {
+        s.logits = base_logits;
+      }
     }
   }
   out.prompt_seconds = seconds_since(start);
@@ -272,8 +320,16 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
         finish(i, FinishReason::Stop);
         continue;
       }
+      // The context check comes first: a sample that ended at -n always
+      // fits its prompt and ids in the context, so it can be resumed.
       if (s.seq.n_tokens >= n_ctx) {
         finish(i, FinishReason::Context);
+        continue;
+      }
+      // Done at -n: the token is not evaluated (a resume recomputes the KV
+      // from the ids anyway), which saves one step per call.
+      if (params.n_predict >= 0 && s.result.ids.size() >= static_cast<size_t>(params.n_predict)) {
+        finish(i, FinishReason::Length);
         continue;
       }
       s.next = id;

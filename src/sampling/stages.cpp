@@ -369,7 +369,7 @@ void SamplingParams::validate(int n_vocab) const {
   auto check = [](bool ok, const std::string& what) {
     if (!ok) throw InvalidArgument(what);
   };
-  check(std::isfinite(temp) && temp >= 0.0f, fmt::format("temperature {} must be >= 0", temp));
+  check(std::isfinite(temp) && temp >= 0.0f, fmt::format("temperature {} must be finite and >= 0", temp));
   check(top_p >= 0.0f && top_p <= 1.0f, fmt::format("top_p {} must be in [0, 1]", top_p));
   check(min_p >= 0.0f && min_p <= 1.0f, fmt::format("min_p {} must be in [0, 1]", min_p));
   check(typical_p >= 0.0f && typical_p <= 1.0f,

@@ -278,6 +278,15 @@ std::string StreamDecoder::push(TokenId id) {
   return out;
 }
 
+bool is_valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto seq = scan_utf8(s, i);
+    if (seq.kind != Utf8Kind::Complete) return false;
+    i += seq.len;
+  }
+  return true;
+}
+
 void StreamDecoder::restore(State s) {
   if (s.pending.size() > 3) {
     throw InvalidArgument(fmt::format(
