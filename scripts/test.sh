@@ -31,12 +31,19 @@ if [ "$fuzz_seconds" != "0" ]; then
   echo "== libFuzzer: GGUF reader for ${fuzz_seconds}s"
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-  cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer
+  cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
   echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
   tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
   build-fuzz/bin/fuzz_tokenizer -max_total_time=$((fuzz_seconds / 2)) -max_len=4096 -timeout=10 \
     -rss_limit_mb=2048 -artifact_prefix="$tok_corpus/" "$tok_corpus"
+  echo "== libFuzzer: --resume state files for $((fuzz_seconds / 4))s"
+  state_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-state.XXXXXX")
+  # Seed: a real state with two samples, a stop string and a logit bias.
+  build/bin/encore run -m "$shared/models/stories260K.gguf" -p "Tom" -n 6 --n 2 --seed 3 \
+    --stop "ab" --logit-bias 5-inf --save-state "$state_corpus/seed.json" >/dev/null 2>&1
+  build-fuzz/bin/fuzz_run_state -max_total_time=$((fuzz_seconds / 4)) -max_len=8192 -timeout=10 \
+    -rss_limit_mb=2048 -artifact_prefix="$state_corpus/" "$state_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

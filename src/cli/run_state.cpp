@@ -200,9 +200,13 @@ RunState load_run_state(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
+  return parse_run_state(ss.str(), where);
+}
+
+RunState parse_run_state(std::string_view text, const std::string& where) {
   Json j;
   try {
-    j = Json::parse(ss.str());
+    j = Json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument(fmt::format("{}: not valid JSON: {}", where, e.what()));
   }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "encore/engine.h"
@@ -29,5 +30,7 @@ struct RunState {
 void save_run_state(const std::string& path, const RunState& state);
 // Throws InvalidArgument naming the file and field.
 RunState load_run_state(const std::string& path);
+// The same for the file's text; `where` starts every error message.
+RunState parse_run_state(std::string_view text, const std::string& where);
 
 }  // namespace encore::cli
