@@ -33,6 +33,13 @@ struct Slot {
   TokenId next = -1;  // the token to evaluate in this step
 };
 
+// Releases a sequence's blocks however generate() exits.
+struct SeqGuard {
+  KvBlockPool& pool;
+  KvSequence seq;
+  ~SeqGuard() { seq.release(pool); }
+};
+
 // Releases every sample's blocks however generate() exits.
 struct SlotsGuard {
   KvBlockPool& pool;
@@ -252,17 +259,17 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
     // The prompt runs once; each sample forks its KV, then (resuming) runs
     // its own ids. Chunk invariance makes this the same bits as running
     // prompt + ids in one go.
-    SlotsGuard base{pool, std::vector<Slot>(1)};
+    SeqGuard base{pool, {}};
     std::vector<float> base_logits(static_cast<size_t>(n_vocab));  // [n_vocab]
-    prefill(ctx, base.slots[0].seq, prompt_ids, chunk, base_logits);
+    prefill(ctx, base.seq, prompt_ids, chunk, base_logits);
     // Every running sample but the last forks the prompt; the last takes it
     // over (forks first: they copy the prompt's partial block as it is).
     int last = n - 1;
     while (!guard.slots[last].active) --last;
     for (int i = 0; i < last; ++i) {
-      if (guard.slots[i].active) guard.slots[i].seq = base.slots[0].seq.fork(pool);
+      if (guard.slots[i].active) guard.slots[i].seq = base.seq.fork(pool);
     }
-    std::swap(guard.slots[last].seq, base.slots[0].seq);
+    std::swap(guard.slots[last].seq, base.seq);
     for (Slot& s : guard.slots) {
       if (!s.active) continue;
       if (!s.state.ids.empty()) {
