@@ -209,15 +209,14 @@ class StreamDecoder {
   // The held-back bytes (as U+FFFD); call once at the end of the stream.
   std::string finish();
 
-  // Everything push() depends on besides the tokenizer: plain data, so a
-  // paused generation can continue elsewhere and print the same text.
+  // Everything push() depends on besides the tokenizer, as plain data: a
+  // saved generation records it, and resuming checks it against a replay of
+  // the ids (the replay is what restores it).
   struct State {
     std::string pending;  // bytes of an incomplete UTF-8 sequence (<= 3)
     bool strip_pending = false;
   };
   State state() const { return {pending_, strip_pending_}; }
-  // Throws InvalidArgument if pending is longer than 3 bytes.
-  void restore(State s);
 
  private:
   const Tokenizer* tok_;

@@ -287,16 +287,6 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
-void StreamDecoder::restore(State s) {
-  if (s.pending.size() > 3) {
-    throw InvalidArgument(fmt::format(
-        "stream decoder state: {} pending bytes, but an incomplete UTF-8 sequence has at most 3",
-        s.pending.size()));
-  }
-  pending_ = std::move(s.pending);
-  strip_pending_ = s.strip_pending;
-}
-
 std::string StreamDecoder::finish() {
   std::string out;
   size_t i = 0;
