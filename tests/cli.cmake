@@ -4,3 +4,6 @@ encore_add_test(test_cli_synth SOURCES cli_synth_test.cpp LABELS cli DEFINES ENC
 encore_add_test(test_cli_synth_heavy SOURCES cli_synth_test.cpp LABELS heavy
                 DEFINES ENCORE_SYNTH_HEAVY=1)
 encore_add_test(test_cli_bench SOURCES cli_bench_test.cpp LABELS cli)
+# Every `encore run` flag takes effect (request flags change the output,
+# speed/memory flags keep it): issue "--seed is ignored".
+encore_add_test(test_cli_flags SOURCES cli_flags_test.cpp LABELS repro TIMEOUT 600)

@@ -168,9 +168,12 @@ std::pair<TokenId, float> parse_logit_bias(const std::string& text) {
   return {id, static_cast<float>(text[sign] == '-' ? -bias : bias)};
 }
 
-// The request's settings from the flags (or, with --resume, from the file).
+// The request's settings from the flags (with --resume they come from the
+// file instead). The seed is resolved here, once: --seed, else one drawn from
+// the OS; every later use (sampler, --json, --save-state, stderr) reads p.seed.
 GenerateParams request_params(const RunArgs& a, int32_t n_ctx) {
   GenerateParams p;
+  p.seed = a.seed ? *a.seed : entropy_seed();
   p.sampling = a.sampling;
   for (const std::string& b : a.logit_bias) p.sampling.logit_bias.push_back(parse_logit_bias(b));
   if (!a.samplers.empty()) p.sampling.order = parse_sampler_order(a.samplers);
@@ -211,7 +214,6 @@ void run_generate(const RunArgs& a) {
   std::optional<RunState> saved;
   if (resuming) saved = load_run_state(a.resume);
   const std::string prompt = a.file.empty() ? a.prompt : read_prompt_file(a.file);
-  const uint64_t seed = saved ? saved->seed : a.seed ? *a.seed : entropy_seed();
   const int n_threads = a.threads > 0 ? a.threads : default_threads();
 
   const auto load_start = std::chrono::steady_clock::now();
@@ -278,11 +280,11 @@ void run_generate(const RunArgs& a) {
                a.model);
   }
   fmt::print(stderr,
-             "load: {:.1f} ms ({}, {} threads, {} kernels, context {}, KV {} {:.1f} MiB in {} "
-             "blocks)\n",
+             "load: {:.1f} ms ({}, {} threads, {} kernels, context {}, prefill batch {}, KV {} "
+             "{:.1f} MiB in {} blocks)\n",
              load_ms, a.mmap ? "mmap" : "read into memory", n_threads, isa_name(ctx.isa()), n_ctx,
-             dtype_name(layout.elem_type), pool.n_blocks() * layout.block_bytes() / 1048576.0,
-             pool.n_blocks());
+             a.batch_size, dtype_name(layout.elem_type),
+             pool.n_blocks() * layout.block_bytes() / 1048576.0, pool.n_blocks());
 
   std::vector<TokenId> prompt_ids;
   bool chat = false;
@@ -345,7 +347,7 @@ void run_generate(const RunArgs& a) {
   }
 
   if (!a.save_state.empty()) {
-    save_run_state(a.save_state, RunState{system_fp, prompt_ids, n_ctx, seed, params, r.states});
+    save_run_state(a.save_state, RunState{system_fp, prompt_ids, n_ctx, params, r.states});
   }
   if (a.json) {
     auto choice = [&](const SampleResult& s) {
@@ -372,7 +374,7 @@ void run_generate(const RunArgs& a) {
         j["choices"].push_back(c);
       }
     }
-    j["seed"] = seed;
+    j["seed"] = params.seed;
     j["system_fingerprint"] = system_fp;
     j["model_fingerprint"] = fingerprint;
     j["n_ctx"] = n_ctx;
@@ -395,7 +397,7 @@ void run_generate(const RunArgs& a) {
   fmt::print(stderr, "generate: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", n_generated,
              r.generate_seconds * 1e3, per_second(n_generated, r.generate_seconds));
   fmt::print(stderr, "finish: {}, seed {}, system fingerprint {}\n",
-             finish_reason_name(r.samples[0].finish), seed, system_fp);
+             finish_reason_name(r.samples[0].finish), params.seed, system_fp);
 }
 
 // CLI::Range lets NaN through (every comparison with NaN is false).

@@ -150,7 +150,7 @@ void save_run_state(const std::string& path, const RunState& s) {
   j["system_fingerprint"] = s.system_fingerprint;
   j["prompt_ids"] = s.prompt_ids;
   j["n_ctx"] = s.n_ctx;
-  j["seed"] = s.seed;
+  j["seed"] = s.params.seed;
   Json req;
   req["sampling"] = sampling_json(s.params.sampling);
   req["n"] = s.params.n_samples;
@@ -230,7 +230,7 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     throw InvalidArgument(fmt::format("{}: the prompt has {} ids; it must have 1 to n_ctx = {}",
                                       where, s.prompt_ids.size(), s.n_ctx));
   }
-  s.seed = get<uint64_t>(j, "seed", where);
+  s.params.seed = get<uint64_t>(j, "seed", where);
   const Json req = get<Json>(j, "request", where);
   s.params.sampling = sampling_from(get<Json>(req, "sampling", where + ": request"),
                                     where + ": request.sampling");

@@ -21,8 +21,7 @@ struct RunState {
   std::string system_fingerprint;  // must equal the resuming process's
   std::vector<TokenId> prompt_ids;
   int32_t n_ctx = 0;  // the context size bounds the output (finish reason "context")
-  uint64_t seed = 0;
-  GenerateParams params;  // n_predict and prefill_chunk are not saved
+  GenerateParams params;  // the request, seed included; n_predict and prefill_chunk are not saved
   std::vector<SampleState> samples;
 };
 
