@@ -34,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   encore::cli::save_run_state(path, s);
   const encore::cli::RunState back = encore::cli::load_run_state(path);
   std::remove(path.c_str());
-  check(back.prompt_ids == s.prompt_ids && back.n_ctx == s.n_ctx && back.params.seed == s.params.seed);
+  check(back.prompt_ids == s.prompt_ids && back.n_ctx == s.n_ctx &&
+        back.params.seed == s.params.seed);
   check(back.system_fingerprint == s.system_fingerprint);
   check(back.samples.size() == s.samples.size());
   for (size_t i = 0; i < s.samples.size(); ++i) {

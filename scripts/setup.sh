@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   clang-14 libclang-rt-14-dev          # libFuzzer + sanitizers for the fuzz target
+  clang-format-14                      # the test command checks .clang-format
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libxxhash-dev

@@ -14,6 +14,12 @@ fuzz_seconds="${FUZZ_SECONDS:-60}"
 
 bash scripts/setup.sh
 
+echo "== clang-format (.clang-format) on every C++ file"
+if ! git ls-files '*.cpp' '*.h' | xargs clang-format-14 --dry-run -Werror; then
+  echo "clang-format: the files above differ; run: git ls-files '*.cpp' '*.h' | xargs clang-format-14 -i"
+  exit 1
+fi
+
 echo "== Release build and full test suite (data: $shared)"
 # ENCORE_BUILD_TESTS=ON undoes scripts/run.sh's OFF in the shared build folder.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DENCORE_BUILD_TESTS=ON \

@@ -69,7 +69,6 @@ double rel_diff(const std::vector<double>& a, const std::vector<double>& ref) {
   return max_diff / max_ref;
 }
 
-
 // Engine logits after each of `tokens`, fed as a prompt of `prompt` tokens
 // and then one at a time: [n_tokens - prompt + 1][n_vocab] (the first row is
 // the prompt's last position).

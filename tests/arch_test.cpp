@@ -41,7 +41,6 @@ std::string load_error(const std::vector<uint8_t>& bytes) {
   return "<loaded>";
 }
 
-
 TEST(Arch, SupportedArchitecturesAreListed) {
   EXPECT_EQ(supported_architectures(), (std::vector<std::string>{"llama", "qwen2", "qwen3"}));
   const std::string err =

@@ -12,8 +12,8 @@ namespace {
 
 TEST(CliBench, JsonHasEveryFieldAndSaneValues) {
   ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
-  const CliResult r = run_encore({"bench", "-m", model, "-t", "2", "-p", "64", "-n", "4",
-                                  "--batch", "8", "--bw-mib", "32", "--json"});
+  const CliResult r = run_encore({"bench", "-m", model, "-t", "2", "-p", "64", "-n", "4", "--batch",
+                                  "8", "--bw-mib", "32", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   for (const char* key : {"prefill_tok_s", "decode_tok_s", "decode_batch8_tok_s", "bandwidth_gb_s",
@@ -45,9 +45,9 @@ TEST(CliRun, IsaAndBatchSizeDoNotChangeTheOutput) {
   std::string first;
   for (const char* isa : {"scalar", "avx2", "avx512"}) {
     for (const char* b : {"1", "3", "512"}) {
-      const CliResult r = run_encore({"run", "-m", model, "-p", "Once upon a time there was",
-                                      "-n", "24", "--temp", "0.9", "--seed", "7", "--isa", isa,
-                                      "-b", b, "--json"});
+      const CliResult r =
+          run_encore({"run", "-m", model, "-p", "Once upon a time there was", "-n", "24", "--temp",
+                      "0.9", "--seed", "7", "--isa", isa, "-b", b, "--json"});
       if (r.exit_code != 0 && r.err.find("does not support") != std::string::npos) continue;
       ASSERT_EQ(r.exit_code, 0) << r.err;
       const std::string ids = nlohmann::json::parse(r.out)["ids"].dump();

@@ -56,8 +56,8 @@ class CliFlags : public ::testing::Test {
 TEST_F(CliFlags, TwentySeedsGiveAtLeastEighteenDistinctCompletions) {
   std::set<Json> distinct;
   for (int seed = 1; seed <= 20; ++seed) {
-    const Json j = run(Args{"-p", "Once upon a time", "-n", "32", "--seed", std::to_string(seed)} +
-                       kPure);
+    const Json j =
+        run(Args{"-p", "Once upon a time", "-n", "32", "--seed", std::to_string(seed)} + kPure);
     EXPECT_EQ(j.value("seed", uint64_t{0}), static_cast<uint64_t>(seed)) << "reported seed";
     distinct.insert(ids(j));
   }
@@ -169,8 +169,9 @@ TEST_F(CliFlags, PromptContextAndKvTypeFlagsTakeEffect) {
   const Json llama2 = run(req + Args{"-p", "The dog", "--chat-template", "llama2"});
   EXPECT_NE(llama2.at("prompt_ids"), chat.at("prompt_ids"));
   // -c bounds the generation: finish "context" once prompt + ids fill it.
-  const CliResult c = run_encore(Args{"run", "-m", model_, "--json", "-c", "20", "-n", "-1",
-                                      "-p", "Once upon a time", "--seed", "5"} + kPure);
+  const CliResult c = run_encore(Args{"run", "-m", model_, "--json", "-c", "20", "-n", "-1", "-p",
+                                      "Once upon a time", "--seed", "5"} +
+                                 kPure);
   ASSERT_EQ(c.exit_code, 0) << c.err;
   const Json cj = Json::parse(c.out);
   EXPECT_EQ(cj.at("finish_reason"), "context");
@@ -218,8 +219,8 @@ TEST_F(CliFlags, SpeedAndMemoryFlagsKeepTheOutput) {
   EXPECT_EQ(lp.at("logprobs")[0].at("top_logprobs").size(), 3u);
   EXPECT_FALSE(base.at("logprobs")[0].contains("top_logprobs"));
   // A KV budget too small for the request is refused, not ignored.
-  const CliResult small = run_encore(Args{"run", "-m", model_, "-c", "256", "--kv-mem", "0.01"} +
-                                     req);
+  const CliResult small =
+      run_encore(Args{"run", "-m", model_, "-c", "256", "--kv-mem", "0.01"} + req);
   EXPECT_EQ(small.exit_code, 1) << small.err;
   EXPECT_NE(small.err.find("KV"), std::string::npos) << small.err;
 }

@@ -32,15 +32,54 @@ Args operator+(Args a, const Args& b) {
 }
 
 // Sampler settings of a request (everything but the model and -n).
-const Args kCombo = {"-p", "Once upon a time", "--seed", "4242", "--temp", "0.8",
-                     "--top-k", "30", "--top-p", "0.92", "--min-p", "0.03",
-                     "--repeat-penalty", "1.15", "--repeat-last-n", "24",
-                     "--presence-penalty", "0.2", "--frequency-penalty", "0.1",
-                     "--logit-bias", "300+1.5", "--logit-bias", "17-inf", "--logprobs", "3"};
-const Args kComboTypical = {"-p", "The little dog", "--seed", "7", "--temp", "1.0",
-                            "--top-k", "0", "--top-p", "1", "--min-p", "0",
-                            "--typical", "0.9", "--samplers", "penalties;typ_p;temperature",
-                            "--repeat-penalty", "1.1", "--stop", "\n\n", "--logprobs", "2"};
+const Args kCombo = {"-p",
+                     "Once upon a time",
+                     "--seed",
+                     "4242",
+                     "--temp",
+                     "0.8",
+                     "--top-k",
+                     "30",
+                     "--top-p",
+                     "0.92",
+                     "--min-p",
+                     "0.03",
+                     "--repeat-penalty",
+                     "1.15",
+                     "--repeat-last-n",
+                     "24",
+                     "--presence-penalty",
+                     "0.2",
+                     "--frequency-penalty",
+                     "0.1",
+                     "--logit-bias",
+                     "300+1.5",
+                     "--logit-bias",
+                     "17-inf",
+                     "--logprobs",
+                     "3"};
+const Args kComboTypical = {"-p",
+                            "The little dog",
+                            "--seed",
+                            "7",
+                            "--temp",
+                            "1.0",
+                            "--top-k",
+                            "0",
+                            "--top-p",
+                            "1",
+                            "--min-p",
+                            "0",
+                            "--typical",
+                            "0.9",
+                            "--samplers",
+                            "penalties;typ_p;temperature",
+                            "--repeat-penalty",
+                            "1.1",
+                            "--stop",
+                            "\n\n",
+                            "--logprobs",
+                            "2"};
 
 // Runs `encore run` with --json; fails the test unless it succeeds.
 Json run_json(const Args& args, std::string* err = nullptr) {
@@ -131,8 +170,7 @@ TEST_F(CliRepro, ChoicesOfNEightEqualThoseOfNThree) {
 // -n k --save-state F, then --resume F -n (N - k) in a new process, equals -n N.
 void check_resume(const Args& base_args, const std::string& model, const TempDir& dir, int k,
                   int n_samples) {
-  const std::string what = "pause after " + std::to_string(k) + ", n " +
-                           std::to_string(n_samples);
+  const std::string what = "pause after " + std::to_string(k) + ", n " + std::to_string(n_samples);
   const Args base = Args{"-m", model} + base_args +
                     (n_samples > 1 ? Args{"--n", std::to_string(n_samples)} : Args{});
   const Json full = run_json(base + Args{"-n", std::to_string(kN)});
@@ -147,9 +185,7 @@ void check_resume(const Args& base_args, const std::string& model, const TempDir
     EXPECT_EQ(b.at(key), full.at(key)) << what << ": " << key;
   }
   EXPECT_EQ(b.at("resumed_from"), state) << what;
-  auto choices = [&](const Json& j) {
-    return n_samples > 1 ? j.at("choices") : Json::array({j});
-  };
+  auto choices = [&](const Json& j) { return n_samples > 1 ? j.at("choices") : Json::array({j}); };
   const Json fc = choices(full), ac = choices(a), bc = choices(b);
   ASSERT_EQ(fc.size(), static_cast<size_t>(n_samples));
   ASSERT_EQ(bc.size(), static_cast<size_t>(n_samples));
@@ -215,64 +251,92 @@ TEST_F(CliRepro, BrokenStateFilesGiveClearErrors) {
     f(c);
     cases.push_back({name, c.dump(1), expect});
   };
-  mutate("version", [](Json& c) { c["version"] = 99; }, "version");
-  mutate("no seed", [](Json& c) { c.erase("seed"); }, "seed");
-  mutate("ids not an array", [](Json& c) { c["samples"][0]["ids"] = "abc"; }, "ids");
-  mutate("id outside the vocabulary", [](Json& c) { c["samples"][1]["ids"][2] = 1 << 20; },
-         "outside");
-  mutate("negative id", [](Json& c) { c["samples"][0]["ids"][0] = -5; }, "outside");
-  mutate("prompt id outside the vocabulary", [](Json& c) { c["prompt_ids"][1] = 99999; },
-         "outside");
-  mutate("empty prompt", [](Json& c) { c["prompt_ids"] = Json::array(); }, "prompt");
-  mutate("counter does not match the ids", [](Json& c) { c["samples"][0]["t"] = 3; },
-         "RNG counter");
-  mutate("huge counter", [](Json& c) { c["samples"][0]["t"] = ~0ull; }, "RNG counter");
-  mutate("held_shown past the held text", [](Json& c) { c["samples"][0]["held_shown"] = 7; },
-         "held");
-  mutate("odd hex", [](Json& c) { c["samples"][1]["held_text_hex"] = "abc"; }, "hex");
-  mutate("not hex", [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "zz"; }, "hex");
-  mutate("decoder bytes too long", [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "e282e282"; },
-         "decoder bytes");
-  mutate("decoder bytes that do not follow from the ids",
-         [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "e2"; }, "decoder bytes");
-  mutate("held text without stop strings",
-         [](Json& c) { c["samples"][1]["held_text_hex"] = "4141"; }, "held text");
-  mutate("finished at length", [](Json& c) { c["samples"][0]["finished"] = "length"; }, "length");
-  mutate("huge n_ctx", [](Json& c) { c["n_ctx"] = 2147483647; }, "n_ctx");
-  mutate("n_ctx wrapping past 32 bits", [](Json& c) { c["n_ctx"] = 4294967297ull; }, "n_ctx");
-  mutate("float top_k", [](Json& c) { c["request"]["sampling"]["top_k"] = 1e300; }, "top_k");
-  mutate("huge temperature", [](Json& c) { c["request"]["sampling"]["temp"] = 1e300; }, "temp");
-  mutate("logit bias id wrapping past 32 bits",
-         [](Json& c) { c["request"]["sampling"]["logit_bias"][0][0] = 4294967301ull; }, "logit_bias");
-  mutate("window longer than repeat_last_n",
-         [](Json& c) {
-           Json r = Json::array();
-           for (int i = 0; i < 100; ++i) r.push_back(5);
-           c["samples"][0]["recent"] = r;
-         },
-         "penalty window");
-  mutate("fewer samples than n", [](Json& c) { c["samples"].erase(1); }, "samples");
-  mutate("n = 0", [](Json& c) {
-    c["request"]["n"] = 0;
-    c["samples"] = Json::array();
-  }, "n");
-  mutate("unknown finish reason", [](Json& c) { c["samples"][0]["finished"] = "bored"; },
-         "finish reason");
-  mutate("negative temperature", [](Json& c) { c["request"]["sampling"]["temp"] = -1; },
-         "temperature");
-  mutate("unknown sampler stage", [](Json& c) { c["request"]["sampling"]["samplers"] = "nope"; },
-         "nope");
-  mutate("logit bias outside the vocabulary",
-         [](Json& c) { c["request"]["sampling"]["logit_bias"][0][0] = 1 << 24; }, "logit bias");
-  mutate("logprobs too many", [](Json& c) { c["request"]["logprobs"] = 500; }, "logprobs");
-  mutate("more generated than the context holds",
-         [](Json& c) {
-           Json ids = Json::array();
-           for (int i = 0; i < 600; ++i) ids.push_back(5);  // stories260K: 512 positions
-           c["samples"][0]["ids"] = ids;
-           c["samples"][0]["t"] = 600;
-         },
-         "context");
+  mutate(
+      "version", [](Json& c) { c["version"] = 99; }, "version");
+  mutate(
+      "no seed", [](Json& c) { c.erase("seed"); }, "seed");
+  mutate(
+      "ids not an array", [](Json& c) { c["samples"][0]["ids"] = "abc"; }, "ids");
+  mutate(
+      "id outside the vocabulary", [](Json& c) { c["samples"][1]["ids"][2] = 1 << 20; }, "outside");
+  mutate(
+      "negative id", [](Json& c) { c["samples"][0]["ids"][0] = -5; }, "outside");
+  mutate(
+      "prompt id outside the vocabulary", [](Json& c) { c["prompt_ids"][1] = 99999; }, "outside");
+  mutate(
+      "empty prompt", [](Json& c) { c["prompt_ids"] = Json::array(); }, "prompt");
+  mutate(
+      "counter does not match the ids", [](Json& c) { c["samples"][0]["t"] = 3; }, "RNG counter");
+  mutate(
+      "huge counter", [](Json& c) { c["samples"][0]["t"] = ~0ull; }, "RNG counter");
+  mutate(
+      "held_shown past the held text", [](Json& c) { c["samples"][0]["held_shown"] = 7; }, "held");
+  mutate(
+      "odd hex", [](Json& c) { c["samples"][1]["held_text_hex"] = "abc"; }, "hex");
+  mutate(
+      "not hex", [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "zz"; }, "hex");
+  mutate(
+      "decoder bytes too long",
+      [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "e282e282"; }, "decoder bytes");
+  mutate(
+      "decoder bytes that do not follow from the ids",
+      [](Json& c) { c["samples"][1]["decoder_pending_hex"] = "e2"; }, "decoder bytes");
+  mutate(
+      "held text without stop strings", [](Json& c) { c["samples"][1]["held_text_hex"] = "4141"; },
+      "held text");
+  mutate(
+      "finished at length", [](Json& c) { c["samples"][0]["finished"] = "length"; }, "length");
+  mutate(
+      "huge n_ctx", [](Json& c) { c["n_ctx"] = 2147483647; }, "n_ctx");
+  mutate(
+      "n_ctx wrapping past 32 bits", [](Json& c) { c["n_ctx"] = 4294967297ull; }, "n_ctx");
+  mutate(
+      "float top_k", [](Json& c) { c["request"]["sampling"]["top_k"] = 1e300; }, "top_k");
+  mutate(
+      "huge temperature", [](Json& c) { c["request"]["sampling"]["temp"] = 1e300; }, "temp");
+  mutate(
+      "logit bias id wrapping past 32 bits",
+      [](Json& c) { c["request"]["sampling"]["logit_bias"][0][0] = 4294967301ull; }, "logit_bias");
+  mutate(
+      "window longer than repeat_last_n",
+      [](Json& c) {
+        Json r = Json::array();
+        for (int i = 0; i < 100; ++i) r.push_back(5);
+        c["samples"][0]["recent"] = r;
+      },
+      "penalty window");
+  mutate(
+      "fewer samples than n", [](Json& c) { c["samples"].erase(1); }, "samples");
+  mutate(
+      "n = 0",
+      [](Json& c) {
+        c["request"]["n"] = 0;
+        c["samples"] = Json::array();
+      },
+      "n");
+  mutate(
+      "unknown finish reason", [](Json& c) { c["samples"][0]["finished"] = "bored"; },
+      "finish reason");
+  mutate(
+      "negative temperature", [](Json& c) { c["request"]["sampling"]["temp"] = -1; },
+      "temperature");
+  mutate(
+      "unknown sampler stage", [](Json& c) { c["request"]["sampling"]["samplers"] = "nope"; },
+      "nope");
+  mutate(
+      "logit bias outside the vocabulary",
+      [](Json& c) { c["request"]["sampling"]["logit_bias"][0][0] = 1 << 24; }, "logit bias");
+  mutate(
+      "logprobs too many", [](Json& c) { c["request"]["logprobs"] = 500; }, "logprobs");
+  mutate(
+      "more generated than the context holds",
+      [](Json& c) {
+        Json ids = Json::array();
+        for (int i = 0; i < 600; ++i) ids.push_back(5);  // stories260K: 512 positions
+        c["samples"][0]["ids"] = ids;
+        c["samples"][0]["t"] = 600;
+      },
+      "context");
 
   for (const Case& c : cases) {
     const std::string path = dir_.file("broken.json");
@@ -295,7 +359,8 @@ TEST_F(CliRepro, BrokenStateFilesGiveClearErrors) {
 
 TEST_F(CliRepro, StateFromAnotherKvTypeIsRefused) {
   const std::string state = dir_.file("f32.json");
-  const Json a = run_json(m() + kCombo + Args{"-n", "5", "--kv-type", "f32", "--save-state", state});
+  const Json a =
+      run_json(m() + kCombo + Args{"-n", "5", "--kv-type", "f32", "--save-state", state});
   const CliResult r =
       run_refused(m() + Args{"--resume", state, "-n", "5", "--kv-type", "f16", "--json"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -311,8 +376,9 @@ TEST_F(CliRepro, StateFromAnotherKvTypeIsRefused) {
 }
 
 TEST_F(CliRepro, ReportedSeedReproducesASeedlessRun) {
-  const Args req = m() + Args{"-p", "Once upon a time", "--temp", "1.0", "--top-k", "0",
-                              "--top-p", "1", "--min-p", "0", "-n", "32", "--logprobs", "2"};
+  const Args req =
+      m() + Args{"-p", "Once upon a time", "--temp", "1.0", "--top-k", "0",          "--top-p",
+                 "1",  "--min-p",          "0",      "-n",  "32",      "--logprobs", "2"};
   std::string err;
   const Json a = run_json(req, &err);
   const Json b = run_json(req);
@@ -335,8 +401,8 @@ namespace {
 
 TEST(CliReproFlags, LogitBiasSyntaxIsStrict) {
   ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
-  for (const char* bad : {"5+", "+5", "5--1", "5+-1", "5+ 1", "5+0x10", "99999999999+1",
-                          "5-1e40", "5+inf", "5*2", "a+1"}) {
+  for (const char* bad : {"5+", "+5", "5--1", "5+-1", "5+ 1", "5+0x10", "99999999999+1", "5-1e40",
+                          "5+inf", "5*2", "a+1"}) {
     const CliResult r = run_refused({"-m", model, "-n", "1", "--logit-bias", bad});
     EXPECT_NE(r.err.find("--logit-bias"), std::string::npos) << bad << ": " << r.err;
   }
@@ -356,8 +422,8 @@ TEST(CliReproFlags, JsonAfterAPlainSaveStillReportsLogprobs) {
   ASSERT_EQ(resumed["ids"].size(), 4u);
   ASSERT_EQ(resumed["logprobs"].size(), 4u);
   EXPECT_EQ(resumed["logprobs"][0]["top_logprobs"].size(), 2u);
-  const Json whole = run_json({"-m", model, "-p", "Tom", "--seed", "3", "-n", "8",
-                               "--logprobs", "2"});
+  const Json whole =
+      run_json({"-m", model, "-p", "Tom", "--seed", "3", "-n", "8", "--logprobs", "2"});
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(whole["logprobs"][4 + i], resumed["logprobs"][i]) << "position " << 4 + i;
   }

@@ -50,8 +50,8 @@ inline CliResult run_encore(const std::vector<std::string>& args) {
   TempDir tmp;
   // A private fingerprint cache: tests never write to the user's ~/.cache
   // and never depend on what earlier runs left there.
-  std::string cmd = "XDG_CACHE_HOME=" + shell_quote(tmp.path.string()) + " " +
-                    shell_quote(ENCORE_BINARY);
+  std::string cmd =
+      "XDG_CACHE_HOME=" + shell_quote(tmp.path.string()) + " " + shell_quote(ENCORE_BINARY);
   for (const std::string& a : args) cmd += " " + shell_quote(a);
   cmd += " </dev/null 2>" + shell_quote(tmp.file("stderr"));
   CliResult r;

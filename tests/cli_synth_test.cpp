@@ -34,8 +34,8 @@ std::string arch_of(const std::string& preset) {
 void synth_inspect_run(const SynthCase& c) {
   TempDir tmp;
   const std::string model = tmp.file(c.preset + "-" + c.type + ".gguf");
-  const CliResult s = run_encore({"synth", "-o", model, "--preset", c.preset, "--type", c.type,
-                                  "--seed", "3"});
+  const CliResult s =
+      run_encore({"synth", "-o", model, "--preset", c.preset, "--type", c.type, "--seed", "3"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_NE(s.out.find("random"), std::string::npos) << s.out;
 
@@ -46,8 +46,8 @@ void synth_inspect_run(const SynthCase& c) {
   EXPECT_NE(i.out.find("fingerprint:"), std::string::npos);
   EXPECT_NE(i.out.find(arch_of(c.preset) + ".block_count"), std::string::npos);
 
-  const CliResult r = run_encore({"run", "-m", model, "-p", "once upon a time", "-n", "6",
-                                  "--temp", "1.0", "--seed", "5", "--json"});
+  const CliResult r = run_encore({"run", "-m", model, "-p", "once upon a time", "-n", "6", "--temp",
+                                  "1.0", "--seed", "5", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("random weights"), std::string::npos) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -121,9 +121,13 @@ std::string fingerprint_of(const std::string& model) {
 
 TEST(Synth, SameSeedSameBytesWhateverTheThreadCount) {
   TempDir tmp;
-  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("a.gguf"), "--type", "Q4_K", "-t", "1"}).exit_code, 0);
-  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("b.gguf"), "--type", "Q4_K", "-t", "3"}).exit_code, 0);
-  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("c.gguf"), "--type", "Q4_K", "--seed", "1"}).exit_code, 0);
+  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("a.gguf"), "--type", "Q4_K", "-t", "1"}).exit_code,
+            0);
+  ASSERT_EQ(run_encore({"synth", "-o", tmp.file("b.gguf"), "--type", "Q4_K", "-t", "3"}).exit_code,
+            0);
+  ASSERT_EQ(
+      run_encore({"synth", "-o", tmp.file("c.gguf"), "--type", "Q4_K", "--seed", "1"}).exit_code,
+      0);
   EXPECT_EQ(read_file(tmp.file("a.gguf")), read_file(tmp.file("b.gguf")));
   EXPECT_NE(read_file(tmp.file("a.gguf")), read_file(tmp.file("c.gguf")));
   EXPECT_NE(fingerprint_of(tmp.file("a.gguf")), fingerprint_of(tmp.file("c.gguf")));
@@ -178,8 +182,8 @@ TEST(Inspect, EscapesUntrustedKeysAndTensorNames) {
   str("t\x1b[2J");
   u32(1);  // n_dims
   u64(4);
-  u32(0);  // F32
-  u64(0);  // offset
+  u32(0);                                          // F32
+  u64(0);                                          // offset
   b.resize((b.size() + 31) / 32 * 32 + 16, '\0');  // padding, then 4 floats of data
   TempDir tmp;
   const std::string model = tmp.file("evil.gguf");

@@ -6,12 +6,12 @@
 #include <string>
 #include <string_view>
 
+#include "cli_runner.h"
 #include "encore/engine.h"
 #include "encore/error.h"
 #include "encore/gguf.h"
 #include "encore/synth.h"
 #include "encore/thread_pool.h"
-#include "cli_runner.h"
 
 namespace encore {
 namespace {
@@ -89,7 +89,8 @@ TEST_F(EngineTest, ContextFullStops) {
   p.sampling.temp = 0.0f;
   const GenerateResult r = generate(*ctx, *tokenizer_, kPrompt, p, nullptr);
   EXPECT_EQ(r.samples[0].finish, FinishReason::Context);
-  EXPECT_EQ(kPrompt.size() + r.samples[0].ids.size(), 21u);  // 20 positions in the KV + the last pick
+  EXPECT_EQ(kPrompt.size() + r.samples[0].ids.size(),
+            21u);  // 20 positions in the KV + the last pick
 }
 
 TEST_F(EngineTest, EogStopsAndIsNotEmitted) {

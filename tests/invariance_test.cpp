@@ -169,22 +169,22 @@ void check_model(const std::string& path, DType kv_type) {
         expect_same(ref, run_schedule(*model, tokens, alone(tokens, chunk), threads, isa, kv_type),
                     tag + " alone chunk " + std::to_string(chunk));
       }
-      expect_same(ref,
-                  run_schedule(*model, tokens,
-                               together(tokens, backward, std::vector<int>(kSeqs, 1)), threads,
-                               isa, kv_type),
-                  tag + " 8 together decoding, reversed");
-      expect_same(ref,
-                  run_schedule(*model, tokens,
-                               together(tokens, shuffled, std::vector<int>(kSeqs, 7)), threads,
-                               isa, kv_type),
-                  tag + " 8 together chunk 7, shuffled");
+      expect_same(
+          ref,
+          run_schedule(*model, tokens, together(tokens, backward, std::vector<int>(kSeqs, 1)),
+                       threads, isa, kv_type),
+          tag + " 8 together decoding, reversed");
+      expect_same(
+          ref,
+          run_schedule(*model, tokens, together(tokens, shuffled, std::vector<int>(kSeqs, 7)),
+                       threads, isa, kv_type),
+          tag + " 8 together chunk 7, shuffled");
       // A sequence with 1, 4 and 7 companions.
       for (int n = 2; n <= kSeqs; n += 3) {
         const std::vector<int> some(shuffled.begin(), shuffled.begin() + n);
         expect_same(ref,
-                    run_schedule(*model, tokens, together(tokens, some, mixed_chunks), threads,
-                                 isa, kv_type),
+                    run_schedule(*model, tokens, together(tokens, some, mixed_chunks), threads, isa,
+                                 kv_type),
                     tag + " " + std::to_string(n) + " together");
       }
     }

@@ -112,8 +112,10 @@ TEST(KvCache, BlocksAreDisjointAndLayersDoNotOverlap) {
       starts.insert(pool.k(b, layer));
       starts.insert(pool.v(b, layer));
       for (int64_t i = 0; i < plane; ++i) {
-        reinterpret_cast<float*>(pool.k(b, layer))[i] = static_cast<float>(b * 100 + layer * 10 + 1);
-        reinterpret_cast<float*>(pool.v(b, layer))[i] = static_cast<float>(b * 100 + layer * 10 + 2);
+        reinterpret_cast<float*>(pool.k(b, layer))[i] =
+            static_cast<float>(b * 100 + layer * 10 + 1);
+        reinterpret_cast<float*>(pool.v(b, layer))[i] =
+            static_cast<float>(b * 100 + layer * 10 + 2);
       }
     }
   }
@@ -168,10 +170,10 @@ TEST(KvCache, SequenceReserveReleaseAndSlots) {
   EXPECT_EQ(pool.n_free(), 5);
 }
 
-
 // Fills every K and V byte of `block` with a pattern that depends on `tag`.
 void fill_block(KvBlockPool& pool, int32_t block, uint8_t tag) {
-  const size_t plane = pool.layout().block_bytes() / (2 * static_cast<size_t>(pool.layout().n_layer));
+  const size_t plane =
+      pool.layout().block_bytes() / (2 * static_cast<size_t>(pool.layout().n_layer));
   for (int layer = 0; layer < pool.layout().n_layer; ++layer) {
     for (size_t i = 0; i < plane; ++i) {
       pool.k(block, layer)[i] = static_cast<uint8_t>(tag + 3 * layer + i);
@@ -181,7 +183,8 @@ void fill_block(KvBlockPool& pool, int32_t block, uint8_t tag) {
 }
 
 bool same_bytes(const KvBlockPool& pool, int32_t a, int32_t b) {
-  const size_t plane = pool.layout().block_bytes() / (2 * static_cast<size_t>(pool.layout().n_layer));
+  const size_t plane =
+      pool.layout().block_bytes() / (2 * static_cast<size_t>(pool.layout().n_layer));
   for (int layer = 0; layer < pool.layout().n_layer; ++layer) {
     if (std::memcmp(pool.k(a, layer), pool.k(b, layer), plane) != 0) return false;
     if (std::memcmp(pool.v(a, layer), pool.v(b, layer), plane) != 0) return false;

@@ -167,8 +167,8 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
     const LogprobEntry &x = a[t], &y = b[t];
     if (x.chosen.id != y.chosen.id || !same_bits(x.chosen.logprob, y.chosen.logprob)) {
       return ::testing::AssertionFailure()
-             << "token " << t << ": chosen (" << x.chosen.id << ", " << x.chosen.logprob
-             << ") vs (" << y.chosen.id << ", " << y.chosen.logprob << ")";
+             << "token " << t << ": chosen (" << x.chosen.id << ", " << x.chosen.logprob << ") vs ("
+             << y.chosen.id << ", " << y.chosen.logprob << ")";
     }
     if (x.top.size() != y.top.size()) {
       return ::testing::AssertionFailure() << "token " << t << ": top sizes differ";
@@ -176,8 +176,8 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
     for (size_t k = 0; k < x.top.size(); ++k) {
       if (x.top[k].id != y.top[k].id || !same_bits(x.top[k].logprob, y.top[k].logprob)) {
         return ::testing::AssertionFailure()
-               << "token " << t << " top " << k << ": (" << x.top[k].id << ", "
-               << x.top[k].logprob << ") vs (" << y.top[k].id << ", " << y.top[k].logprob << ")";
+               << "token " << t << " top " << k << ": (" << x.top[k].id << ", " << x.top[k].logprob
+               << ") vs (" << y.top[k].id << ", " << y.top[k].logprob << ")";
       }
     }
   }
@@ -192,16 +192,16 @@ std::string ids_str(const std::vector<TokenId>& ids) {
 
 ::testing::AssertionResult same_sample(const SampleResult& a, const SampleResult& b) {
   if (a.ids != b.ids) {
-    return ::testing::AssertionFailure() << "ids differ:\n  " << ids_str(a.ids) << "\n  "
-                                         << ids_str(b.ids);
+    return ::testing::AssertionFailure()
+           << "ids differ:\n  " << ids_str(a.ids) << "\n  " << ids_str(b.ids);
   }
   if (auto r = same_logprobs(a.logprobs, b.logprobs); !r) return r;
   if (a.text != b.text) {
     return ::testing::AssertionFailure() << "text '" << a.text << "' vs '" << b.text << "'";
   }
   if (a.finish != b.finish) {
-    return ::testing::AssertionFailure() << "finish " << finish_reason_name(a.finish) << " vs "
-                                         << finish_reason_name(b.finish);
+    return ::testing::AssertionFailure()
+           << "finish " << finish_reason_name(a.finish) << " vs " << finish_reason_name(b.finish);
   }
   return ::testing::AssertionSuccess();
 }
@@ -420,9 +420,9 @@ struct Stream {
   const std::vector<TokenId>* prompt = nullptr;
   GenerateParams p;
   int sample = 0;
-  int start_step = 0;  // joins the batch at this step
-  int chunk = 1;       // prefill tokens per step
-  int pause_every = 0; // sits out steps where (step % pause_every) == 0 (0: never)
+  int start_step = 0;   // joins the batch at this step
+  int chunk = 1;        // prefill tokens per step
+  int pause_every = 0;  // sits out steps where (step % pause_every) == 0 (0: never)
   KvSequence seq;
   std::unique_ptr<Sampler> sampler;
   size_t prefilled = 0;
@@ -448,7 +448,8 @@ void advance(Stream& s, const Tokenizer& tok, const ForwardContext& ctx) {
     s.out.finish = FinishReason::Eog;
     return;
   }
-  if (s.p.logprobs >= 0) s.out.logprobs.push_back(token_logprobs(s.logits, id, s.p.logprobs, ctx.isa()));
+  if (s.p.logprobs >= 0)
+    s.out.logprobs.push_back(token_logprobs(s.logits, id, s.p.logprobs, ctx.isa()));
   s.sampler->accept(id);
   s.out.ids.push_back(id);
   if (s.seq.n_tokens >= ctx.n_ctx()) {
@@ -486,8 +487,8 @@ void drive(ForwardContext& ctx, const Tokenizer& tok, std::vector<Stream>& strea
       if (step < s->start_step) continue;
       if (s->pause_every > 0 && step % s->pause_every == 0) continue;
       if (s->prefilled < s->prompt->size()) {
-        const size_t count = std::min<size_t>(static_cast<size_t>(s->chunk),
-                                              s->prompt->size() - s->prefilled);
+        const size_t count =
+            std::min<size_t>(static_cast<size_t>(s->chunk), s->prompt->size() - s->prefilled);
         const bool last = s->prefilled + count == s->prompt->size();
         batch.push_back({&s->seq, std::span<const TokenId>(*s->prompt).subspan(s->prefilled, count),
                          last ? std::span<float>(s->logits) : std::span<float>()});
@@ -556,7 +557,8 @@ TEST_P(Repro, BatchCompositionDoesNotMatter) {
       drive(e.ctx, *lm().tok, streams);
       if (HasFatalFailure()) return;
       const std::string what =
-          c.name + (variant == 0 ? " (3 threads)" : " (1 thread, " + std::string(isa_name(other_isa())) + ")");
+          c.name + (variant == 0 ? " (3 threads)"
+                                 : " (1 thread, " + std::string(isa_name(other_isa())) + ")");
       for (int i = 0; i < 2; ++i) {
         const SampleResult& w = want.samples[static_cast<size_t>(i)];
         const SampleResult& g = streams[static_cast<size_t>(i)].out;
@@ -706,8 +708,8 @@ TEST_P(Repro, SeedsGiveDistinctOutputs) {
   std::map<uint64_t, std::vector<TokenId>> by_seed;
   // Seeds that differ in one low bit, one high bit (the key's second word),
   // and the top bit.
-  const std::vector<uint64_t> seeds = {0, 1, 2, 3, 42, 1ull << 32, (1ull << 32) + 1, 1ull << 63,
-                                       ~0ull};
+  const std::vector<uint64_t> seeds = {0,          1,    2, 3, 42, 1ull << 32, (1ull << 32) + 1,
+                                       1ull << 63, ~0ull};
   for (uint64_t seed : seeds) {
     p.seed = seed;
     const std::vector<TokenId> ids = run(lm(), e, p).samples[0].ids;
@@ -753,9 +755,10 @@ TEST(ReproDiversity, HundredSeedsGiveManyDistinctCompletions) {
     total_tokens += r.samples[0].ids.size();
     if (seed == 7) seed7 = r.samples[0].ids;
   }
-  std::printf("distinct completions: %zu / 100 (stories260K, temperature 1.0, %d tokens, %zu "
-              "tokens in all)\n",
-              distinct.size(), kN, total_tokens);
+  std::printf(
+      "distinct completions: %zu / 100 (stories260K, temperature 1.0, %d tokens, %zu "
+      "tokens in all)\n",
+      distinct.size(), kN, total_tokens);
   RecordProperty("distinct_completions", static_cast<int>(distinct.size()));
   EXPECT_GE(distinct.size(), 90u);
   p.seed = 7;
@@ -789,8 +792,7 @@ TEST(ReproResume, ContextFullAcrossAPause) {
       ids.insert(ids.end(), b.samples[i].ids.begin(), b.samples[i].ids.end());
       EXPECT_EQ(ids, full.samples[i].ids) << "pause after " << k << ", sample " << i;
       EXPECT_EQ(b.samples[i].finish, FinishReason::Context) << "pause after " << k;
-      EXPECT_EQ(a.samples[i].text + b.samples[i].text, full.samples[i].text)
-          << "pause after " << k;
+      EXPECT_EQ(a.samples[i].text + b.samples[i].text, full.samples[i].text) << "pause after " << k;
     }
   }
 }

@@ -60,10 +60,12 @@ bool canonical(const Candidates& c) {
 TEST(Philox, KnownAnswers) {
   EXPECT_EQ(philox4x32_10({0, 0, 0, 0}, {0, 0}),
             (Philox4x32Counter{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
-  EXPECT_EQ(philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}),
-            (Philox4x32Counter{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
-  EXPECT_EQ(philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
-            (Philox4x32Counter{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+  EXPECT_EQ(
+      philox4x32_10({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff}),
+      (Philox4x32Counter{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(
+      philox4x32_10({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0}),
+      (Philox4x32Counter{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
 TEST(Philox, StreamLayoutSeparatesSeedSampleTokenAndPurpose) {
@@ -95,7 +97,7 @@ TEST(UniformDouble, RangeEndpoints) {
 }
 
 TEST(UniformDouble, ResolutionIsTwoToTheMinus53) {
-  EXPECT_EQ(uniform_double(0, 1u << 11), 0x1p-53);  // the lowest bit that counts
+  EXPECT_EQ(uniform_double(0, 1u << 11), 0x1p-53);    // the lowest bit that counts
   EXPECT_EQ(uniform_double(0, (1u << 11) - 1), 0.0);  // the 11 low bits of lo are dropped
   // Every value is a multiple of 2^-53 below 1 (exact: 53 bits fit a double).
   for (uint64_t t = 0; t < 2000; ++t) {
@@ -266,7 +268,7 @@ TEST(Stages, PenaltiesFollowLlamaCppSignRule) {
   Candidates c = candidates({2.0f, -1.0f, 0.0f, 3.0f, 1.0f});
   pen->apply(c, st);
   ASSERT_EQ(c.items.size(), 5u);
-  EXPECT_EQ(c.items[0].logit, 2.0f / 2 - (3 * 0.5f + 0.25f));  // l > 0: divided; -0.75
+  EXPECT_EQ(c.items[0].logit, 2.0f / 2 - (3 * 0.5f + 0.25f));   // l > 0: divided; -0.75
   EXPECT_EQ(c.items[1].logit, -1.0f * 2 - (1 * 0.5f + 0.25f));  // l <= 0: multiplied; -2.75
   EXPECT_EQ(c.items[2].logit, 0.0f * 2 - (1 * 0.5f + 0.25f));   // -0.75
   EXPECT_EQ(c.items[3].logit, 3.0f);                            // not in the window
@@ -489,7 +491,8 @@ TEST(Chain, ParseAndPrintTheOrder) {
   EXPECT_EQ(parse_sampler_order("typical_p;min_p"),
             (std::vector<StageKind>{StageKind::TypicalP, StageKind::MinP}));
   EXPECT_EQ(parse_sampler_order(""), std::vector<StageKind>{});
-  const std::vector<StageKind> odd = {StageKind::MinP, StageKind::Temperature, StageKind::Penalties};
+  const std::vector<StageKind> odd = {StageKind::MinP, StageKind::Temperature,
+                                      StageKind::Penalties};
   EXPECT_EQ(parse_sampler_order(sampler_order_string(odd)), odd);
   EXPECT_EQ(sampler_order_string(parse_sampler_order("temp,typical")), "temperature;typ_p");
 }

@@ -27,12 +27,12 @@ inline std::string shared_file_or_report(const std::string& rel, bool* skip) {
 
 // Declares `std::string var` = path of `rel` in the shared folder; fails or
 // skips the current test when it is missing.
-#define ENCORE_SHARED_FILE(var, rel)                                                          \
-  bool var##_skip = false;                                                                    \
-  std::string var = ::encore::test::shared_file_or_report(rel, &var##_skip);                  \
-  if (var.empty()) {                                                                          \
+#define ENCORE_SHARED_FILE(var, rel)                                                            \
+  bool var##_skip = false;                                                                      \
+  std::string var = ::encore::test::shared_file_or_report(rel, &var##_skip);                    \
+  if (var.empty()) {                                                                            \
     if (var##_skip) GTEST_SKIP() << "test data missing (ENCORE_SKIP_SHARED_TESTS=ON): " << rel; \
-    FAIL() << "test data missing: expected " << (std::string(ENCORE_SHARED_DIR) + "/" + rel)  \
-           << " (set -DENCORE_SHARED_DIR=PATH to its folder, or "                             \
-              "-DENCORE_SKIP_SHARED_TESTS=ON to skip data tests)";                            \
+    FAIL() << "test data missing: expected " << (std::string(ENCORE_SHARED_DIR) + "/" + rel)    \
+           << " (set -DENCORE_SHARED_DIR=PATH to its folder, or "                               \
+              "-DENCORE_SKIP_SHARED_TESTS=ON to skip data tests)";                              \
   }

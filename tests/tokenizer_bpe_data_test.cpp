@@ -17,14 +17,13 @@
 #include "encore/gguf.h"
 #include "encore/tokenizer.h"
 #include "shared_data.h"
-#include "vocab_vectors.h"
 #include "tokenizer/internal.h"
+#include "vocab_vectors.h"
 
 namespace encore {
 namespace {
 
 using Ids = std::vector<TokenId>;
-
 
 std::string ids_str(const Ids& ids) {
   std::string s;
@@ -200,11 +199,13 @@ TEST_P(VocabData, DecodeInvertsEncode) {
   for (const std::string& s : texts) {
     const Ids ids = encode(s);
     if (!wordpiece()) {
-      ASSERT_EQ(tok_->decode(ids), round_trip(s)) << "\"" << escaped(s, 300) << "\"" << ids_str(ids);
+      ASSERT_EQ(tok_->decode(ids), round_trip(s))
+          << "\"" << escaped(s, 300) << "\"" << ids_str(ids);
       ++checked;
     } else if (std::find(ids.begin(), ids.end(), tok_->vocab().unk) == ids.end()) {
       const std::string text = tok_->decode(ids, false, true);
-      ASSERT_EQ(encode(text), ids) << "\"" << escaped(s, 300) << "\" -> \"" << escaped(text, 300) << "\"";
+      ASSERT_EQ(encode(text), ids)
+          << "\"" << escaped(s, 300) << "\" -> \"" << escaped(text, 300) << "\"";
       ++checked;
     }
   }
@@ -222,7 +223,8 @@ TEST_P(VocabData, StreamingEmitsOnlyCompleteUtf8) {
     std::string all;
     for (TokenId id : ids) {
       const std::string chunk = d.push(id);
-      EXPECT_TRUE(valid_utf8(chunk)) << "\"" << escaped(chunk, 300) << "\" in \"" << escaped(s, 300) << "\"";
+      EXPECT_TRUE(valid_utf8(chunk))
+          << "\"" << escaped(chunk, 300) << "\" in \"" << escaped(s, 300) << "\"";
       all += chunk;
     }
     all += d.finish();
@@ -414,8 +416,8 @@ TEST(VocabHuggingFace, CasesBeyondTheVectors) {
       loaded = c.vocab;
     }
     const Ids got = tok->encode(c.text, {});
-    EXPECT_EQ(got, c.ids) << c.vocab << " \"" << escaped(c.text, 300) << "\"\n  want" << ids_str(c.ids)
-                          << "\n  got " << ids_str(got);
+    EXPECT_EQ(got, c.ids) << c.vocab << " \"" << escaped(c.text, 300) << "\"\n  want"
+                          << ids_str(c.ids) << "\n  got " << ids_str(got);
   }
 }
 

@@ -20,7 +20,6 @@ namespace {
 
 using Ids = std::vector<TokenId>;
 
-
 std::string ids_str(const Ids& ids) {
   std::string s;
   for (TokenId id : ids) s += " " + std::to_string(id);

@@ -49,7 +49,7 @@ inline constexpr int kMaxTopLogprobs = 20;
 inline constexpr int kMaxSamples = 64;
 
 struct GenerateParams {
-  int32_t n_predict = -1;  // per sample and per call; -1: until EOG, a stop string or n_ctx
+  int32_t n_predict = -1;   // per sample and per call; -1: until EOG, a stop string or n_ctx
   SamplingParams sampling;  // repeat_last_n -1 = the context size
   uint64_t seed = 0;        // key of the RNG streams (rng.h); sample i uses stream i
   int32_t n_samples = 1;    // sample i draws from stream i whatever n is
@@ -80,8 +80,8 @@ struct SampleState {
 };
 
 struct SampleResult {
-  std::vector<TokenId> ids;  // generated in this call (EOG excluded; the ids of a stop
-                             // string are kept, its text is not)
+  std::vector<TokenId> ids;            // generated in this call (EOG excluded; the ids of a stop
+                                       // string are kept, its text is not)
   std::vector<LogprobEntry> logprobs;  // [ids.size()] when params.logprobs >= 0
   std::string text;                    // text of these ids, stop string and after cut
   FinishReason finish = FinishReason::Length;

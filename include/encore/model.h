@@ -55,7 +55,7 @@ struct HParams {
   RopeLayout rope_layout = RopeLayout::Normal;
   bool has_qkv_bias = false;  // qwen2: biases on the Q, K and V projections
   bool has_qk_norm = false;   // qwen3: RMSNorm of each q and k head before RoPE
-  bool tied_output = false;  // no output.weight: logits use token_embd
+  bool tied_output = false;   // no output.weight: logits use token_embd
 };
 
 // Architectures Model::load() accepts.
@@ -144,8 +144,8 @@ class ForwardContext {
   // Throws InvalidArgument (an entry without tokens, the same sequence twice,
   // positions past n_ctx, token id out of range, logits of the wrong size) or
   // ResourceExhausted (KV pool full); in every case all sequences are left as
-  // they were (the logits buffers of entries may have been written). The blocks that receive new positions must not be shared with
-  // another sequence (refcount 1; std::logic_error otherwise).
+  // they were (the logits buffers of entries may have been written). The blocks that receive new
+  // positions must not be shared with another sequence (refcount 1; std::logic_error otherwise).
   void step(std::span<const SeqTokens> batch);
 
   // step() for one sequence, with the last token's logits in logits_last.

@@ -4,7 +4,8 @@
 // Stages (llama.cpp's names and semantics; `--samplers` picks the order):
 //   logit bias    (always first)  l += bias; -inf bans a token
 //   penalties     over the last repeat_last_n ids (prompt included, as llama.cpp):
-//                 l = l > 0 ? l / repeat : l * repeat; l -= count * frequency + (count > 0) * presence
+//                 l = l > 0 ? l / repeat : l * repeat; l -= count * frequency + (count > 0) *
+//                 presence
 //   top_k         keep the k highest logits (k <= 0: off)
 //   typ_p         locally typical sampling (p >= 1: off)
 //   top_p         nucleus: the smallest top set whose probability reaches p (p >= 1: off)
@@ -17,12 +18,12 @@
 // candidates by (logit descending, id ascending), a strict total order, so
 // ties always go to the lowest id whatever the sort algorithm. Softmax
 // totals are summed over all candidates in ascending id order, cumulative
-// sums (top_p, typ_p) in the stage's walking order, all in double. Weights are w_i = exp_f32(l_i - l_max), Encore's own float exp
-// (kernels/ops.h: identical bits on every ISA and machine), never libm's;
-// logs are log_f64 (kernels/ops_math.h). The result of sample() is a pure
-// function of the logits, the params, the sampler state and (seed, stream).
-// A candidate whose logit equals l_max gets w = 1 exactly, so a set of only
-// -inf logits (everything banned) draws uniformly instead of dividing 0/0.
+// sums (top_p, typ_p) in the stage's walking order, all in double. Weights are w_i = exp_f32(l_i -
+// l_max), Encore's own float exp (kernels/ops.h: identical bits on every ISA and machine), never
+// libm's; logs are log_f64 (kernels/ops_math.h). The result of sample() is a pure function of the
+// logits, the params, the sampler state and (seed, stream). A candidate whose logit equals l_max
+// gets w = 1 exactly, so a set of only -inf logits (everything banned) draws uniformly instead of
+// dividing 0/0.
 //
 // Draw (the categorical draw, specified here so that any port can follow it):
 //   w_i as above for each surviving candidate;

@@ -29,10 +29,10 @@ namespace {
 struct BenchArgs {
   std::string model;
   int threads = 0;
-  int32_t n_prompt = 512;   // prefill length
-  int32_t n_gen = 32;       // decode steps per measurement
-  int32_t n_batch = 8;      // concurrent sequences for the batched decode
-  double bw_mib = 1024;     // bandwidth probe buffer
+  int32_t n_prompt = 512;  // prefill length
+  int32_t n_gen = 32;      // decode steps per measurement
+  int32_t n_batch = 8;     // concurrent sequences for the batched decode
+  double bw_mib = 1024;    // bandwidth probe buffer
   std::string kv_type = "f16";
   std::string isa;
   bool mmap = false;
@@ -126,8 +126,8 @@ void run_bench(const BenchArgs& a) {
       std::vector<SeqTokens> batch(static_cast<size_t>(a.n_batch));
       auto step_at = [&](int i) {
         for (size_t s = 0; s < batch.size(); ++s) {
-          batch[s] = SeqTokens{&seqs[s], std::span(ids[s]).subspan(static_cast<size_t>(i), 1),
-                               outs[s]};
+          batch[s] =
+              SeqTokens{&seqs[s], std::span(ids[s]).subspan(static_cast<size_t>(i), 1), outs[s]};
         }
         ctx.step(batch);
       };
@@ -178,10 +178,11 @@ void run_bench(const BenchArgs& a) {
   fmt::print("{:<28} {:>12}\n", "measure", "value");
   fmt::print("{:<28} {:>12.1f}  ({} tokens; {:.1f} GOP/s = {:.1f} % of peak)\n", "prefill tok/s",
              prefill_tok_s, a.n_prompt, prefill_gops, 100.0 * prefill_gops / peak);
-  fmt::print("{:<28} {:>12.2f}  ({:.1f} % of roofline)\n", "decode tok/s (batch 1)",
-             decode_tok_s, 100.0 * decode_tok_s / roofline);
-  fmt::print("{:<28} {:>12.2f}  ({:.2f}x batch 1)\n", fmt::format("decode tok/s (batch {})", a.n_batch),
-             batch_tok_s, batch_tok_s / decode_tok_s);
+  fmt::print("{:<28} {:>12.2f}  ({:.1f} % of roofline)\n", "decode tok/s (batch 1)", decode_tok_s,
+             100.0 * decode_tok_s / roofline);
+  fmt::print("{:<28} {:>12.2f}  ({:.2f}x batch 1)\n",
+             fmt::format("decode tok/s (batch {})", a.n_batch), batch_tok_s,
+             batch_tok_s / decode_tok_s);
   fmt::print("{:<28} {:>12.2f}\n", "read bandwidth GB/s", bandwidth);
   fmt::print("{:<28} {:>12.1f}\n", "weight MiB per token", cost.weight_bytes / 1048576.0);
   fmt::print("{:<28} {:>12.2f}\n", "roofline tok/s", roofline);

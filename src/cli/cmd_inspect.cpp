@@ -49,9 +49,10 @@ void run_inspect(const InspectArgs& a) {
     total_params += t.n_elements;
     bytes_by_type[dtype_name(t.type)] += t.n_bytes;
   }
-  fmt::print("\ntotals: {} tensors, {} parameters ({:.2f}M), {} bytes of tensor data ({:.2f} MiB)\n",
-             file.tensors().size(), total_params, total_params / 1e6, total_bytes,
-             total_bytes / 1048576.0);
+  fmt::print(
+      "\ntotals: {} tensors, {} parameters ({:.2f}M), {} bytes of tensor data ({:.2f} MiB)\n",
+      file.tensors().size(), total_params, total_params / 1e6, total_bytes,
+      total_bytes / 1048576.0);
   for (const auto& [type, bytes] : bytes_by_type) {
     fmt::print("  {:<6} {:>14} bytes\n", type, bytes);
   }

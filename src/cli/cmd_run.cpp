@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/run_state.h"
 #include "encore/chat_template.h"
 #include "encore/engine.h"
 #include "encore/error.h"
@@ -23,10 +24,9 @@
 #include "encore/isa.h"
 #include "encore/kv_cache.h"
 #include "encore/model.h"
+#include "encore/sampler.h"
 #include "encore/thread_pool.h"
 #include "encore/tokenizer.h"
-#include "encore/sampler.h"
-#include "cli/run_state.h"
 
 namespace encore::cli {
 namespace {
@@ -82,9 +82,9 @@ uint64_t entropy_seed() {
     const ssize_t r = getrandom(p + got, sizeof seed - got, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
-      throw InvalidArgument(fmt::format(
-          "cannot draw a random seed from the OS (getrandom: {}): pass --seed N",
-          std::strerror(errno)));
+      throw InvalidArgument(
+          fmt::format("cannot draw a random seed from the OS (getrandom: {}): pass --seed N",
+                      std::strerror(errno)));
     }
     got += static_cast<size_t>(r);
   }
@@ -248,10 +248,9 @@ void run_generate(const RunArgs& a) {
   params.validate(hp.n_vocab);
   // Room for every sample to fill the context. Only address space: pages are
   // committed when blocks are first written.
-  const uint64_t kv_bytes = a.kv_mem_mib > 0
-                                ? static_cast<uint64_t>(a.kv_mem_mib * 1048576.0)
-                                : static_cast<uint64_t>(params.n_samples) *
-                                      kv_bytes_for_tokens(layout, n_ctx);
+  const uint64_t kv_bytes = a.kv_mem_mib > 0 ? static_cast<uint64_t>(a.kv_mem_mib * 1048576.0)
+                                             : static_cast<uint64_t>(params.n_samples) *
+                                                   kv_bytes_for_tokens(layout, n_ctx);
   KvBlockPool pool(layout, kv_bytes);
   ThreadPool threads(n_threads);
   ForwardContext ctx(*model, pool, threads, n_ctx,
@@ -293,9 +292,10 @@ void run_generate(const RunArgs& a) {
     prompt_ids = saved->prompt_ids;
     for (TokenId id : prompt_ids) {
       if (id < 0 || id >= hp.n_vocab) {
-        throw InvalidArgument(fmt::format("--resume {}: prompt token id {} is outside the "
-                                          "vocabulary [0, {})",
-                                          a.resume, id, hp.n_vocab));
+        throw InvalidArgument(
+            fmt::format("--resume {}: prompt token id {} is outside the "
+                        "vocabulary [0, {})",
+                        a.resume, id, hp.n_vocab));
       }
     }
   } else {

@@ -51,7 +51,8 @@ void run_synth(const SynthArgs& a) {
 
 void add_synth_command(CLI::App& app) {
   auto args = std::make_shared<SynthArgs>();
-  CLI::App* sub = app.add_subcommand("synth", "Write a GGUF of a real model's shape with random weights");
+  CLI::App* sub =
+      app.add_subcommand("synth", "Write a GGUF of a real model's shape with random weights");
   sub->add_option("-o,--output", args->out, "Output .gguf path")->required();
   sub->add_option("--arch", args->arch,
                   "Architecture (default: the preset's; must match it if given)");

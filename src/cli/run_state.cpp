@@ -20,7 +20,7 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kFormat = "encore-run-state";
 constexpr int kVersion = 1;
 constexpr uintmax_t kMaxFileBytes = 256u << 20;  // far above any real state
-constexpr int32_t kMaxStateCtx = 1 << 20;         // `encore run -c` accepts no more
+constexpr int32_t kMaxStateCtx = 1 << 20;        // `encore run -c` accepts no more
 
 std::string to_hex(const std::string& bytes) {
   std::string out;
@@ -183,8 +183,8 @@ void save_run_state(const std::string& path, const RunState& s) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::remove(tmp.c_str());
-    throw InvalidArgument(fmt::format("--save-state {}: cannot rename {} over it: {}", path, tmp,
-                                      ec.message()));
+    throw InvalidArgument(
+        fmt::format("--save-state {}: cannot rename {} over it: {}", path, tmp, ec.message()));
   }
 }
 
@@ -211,8 +211,8 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     throw InvalidArgument(fmt::format("{}: not valid JSON: {}", where, e.what()));
   }
   if (!j.is_object() || !j.contains("format") || j["format"] != kFormat) {
-    throw InvalidArgument(fmt::format("{}: not an encore run state (no \"format\": \"{}\")",
-                                      where, kFormat));
+    throw InvalidArgument(
+        fmt::format("{}: not an encore run state (no \"format\": \"{}\")", where, kFormat));
   }
   if (get<int>(j, "version", where) != kVersion) {
     throw InvalidArgument(fmt::format("{}: version {} is not supported (this build reads {})",
@@ -232,16 +232,16 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
   }
   s.params.seed = get<uint64_t>(j, "seed", where);
   const Json req = get<Json>(j, "request", where);
-  s.params.sampling = sampling_from(get<Json>(req, "sampling", where + ": request"),
-                                    where + ": request.sampling");
+  s.params.sampling =
+      sampling_from(get<Json>(req, "sampling", where + ": request"), where + ": request.sampling");
   s.params.n_samples = get<int32_t>(req, "n", where + ": request");
   s.params.logprobs = get<int32_t>(req, "logprobs", where + ": request");
   s.params.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
   s.params.strip_leading_space = get<bool>(req, "strip_leading_space", where + ": request");
   const Json samples = get<Json>(j, "samples", where);
   if (!samples.is_array() || samples.size() != static_cast<size_t>(s.params.n_samples)) {
-    throw InvalidArgument(fmt::format("{}: samples must be an array of n = {} entries", where,
-                                      s.params.n_samples));
+    throw InvalidArgument(
+        fmt::format("{}: samples must be an array of n = {} entries", where, s.params.n_samples));
   }
   for (size_t i = 0; i < samples.size(); ++i) {
     const std::string w = fmt::format("{}: samples[{}]", where, i);
@@ -251,8 +251,9 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     // A sample stops when its last token would not fit (finish "context"),
     // so it holds at most n_ctx - prompt + 1 ids.
     if (s.prompt_ids.size() + st.ids.size() > static_cast<size_t>(s.n_ctx) + 1) {
-      throw InvalidArgument(fmt::format("{}: {} ids after a {}-token prompt exceed the context size n_ctx = {}", w,
-                                        st.ids.size(), s.prompt_ids.size(), s.n_ctx));
+      throw InvalidArgument(
+          fmt::format("{}: {} ids after a {}-token prompt exceed the context size n_ctx = {}", w,
+                      st.ids.size(), s.prompt_ids.size(), s.n_ctx));
     }
     st.sampler.t = get<uint64_t>(o, "t", w);
     st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
@@ -272,8 +273,9 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
         throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
       }
       if (*st.finished == FinishReason::Length) {
-        throw InvalidArgument(w + ": finished = \"length\" is never saved (a sample that reached "
-                                  "-n can continue): use null");
+        throw InvalidArgument(w +
+                              ": finished = \"length\" is never saved (a sample that reached "
+                              "-n can continue): use null");
       }
     }
     s.samples.push_back(std::move(st));

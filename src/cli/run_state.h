@@ -20,7 +20,7 @@ namespace encore::cli {
 struct RunState {
   std::string system_fingerprint;  // must equal the resuming process's
   std::vector<TokenId> prompt_ids;
-  int32_t n_ctx = 0;  // the context size bounds the output (finish reason "context")
+  int32_t n_ctx = 0;      // the context size bounds the output (finish reason "context")
   GenerateParams params;  // the request, seed included; n_predict and prefill_chunk are not saved
   std::vector<SampleState> samples;
 };

@@ -55,8 +55,7 @@ void prefill(ForwardContext& ctx, KvSequence& seq, std::span<const TokenId> ids,
   for (size_t begin = 0; begin < ids.size(); begin += chunk) {
     const size_t count = std::min(chunk, ids.size() - begin);
     const bool last = begin + count == ids.size();
-    const SeqTokens entry{&seq, ids.subspan(begin, count),
-                          last ? logits : std::span<float>()};
+    const SeqTokens entry{&seq, ids.subspan(begin, count), last ? logits : std::span<float>()};
     ctx.step(std::span<const SeqTokens>(&entry, 1));
   }
 }
@@ -134,8 +133,8 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 FinishReason finish_reason_from_name(std::string_view name) {
-  for (FinishReason r : {FinishReason::Eog, FinishReason::Length, FinishReason::Context,
-                         FinishReason::Stop}) {
+  for (FinishReason r :
+       {FinishReason::Eog, FinishReason::Length, FinishReason::Context, FinishReason::Stop}) {
     if (name == finish_reason_name(r)) return r;
   }
   throw InvalidArgument(
@@ -146,8 +145,7 @@ void GenerateParams::validate(int n_vocab) const {
   sampling.validate(n_vocab);
   if (n_predict < -1) throw InvalidArgument(fmt::format("n_predict {} must be >= -1", n_predict));
   if (n_samples < 1 || n_samples > kMaxSamples) {
-    throw InvalidArgument(
-        fmt::format("n (samples) {} must be in [1, {}]", n_samples, kMaxSamples));
+    throw InvalidArgument(fmt::format("n (samples) {} must be in [1, {}]", n_samples, kMaxSamples));
   }
   if (logprobs < -1 || logprobs > kMaxTopLogprobs) {
     throw InvalidArgument(
@@ -162,8 +160,8 @@ void GenerateParams::validate(int n_vocab) const {
   }
   for (const std::string& s : stop) {
     if (s.empty() || s.size() > kMaxStopBytes) {
-      throw InvalidArgument(fmt::format("a stop string has {} bytes; it must have 1 to {}",
-                                        s.size(), kMaxStopBytes));
+      throw InvalidArgument(
+          fmt::format("a stop string has {} bytes; it must have 1 to {}", s.size(), kMaxStopBytes));
     }
     // The text it is matched in is valid UTF-8; an invalid stop string could
     // match inside a character and cut the text there.
@@ -184,11 +182,13 @@ std::string output_hash(const std::vector<TokenId>& ids) {
 GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
                         const std::vector<TokenId>& prompt_ids, const GenerateParams& params,
                         const TextCallback& on_text, const std::vector<SampleState>* resume) {
-  if (prompt_ids.empty()) throw InvalidArgument("generate: the prompt has no tokens (not even BOS)");
+  if (prompt_ids.empty())
+    throw InvalidArgument("generate: the prompt has no tokens (not even BOS)");
   const int n_vocab = ctx.model().hparams().n_vocab;
   if (tokenizer.n_vocab() != n_vocab) {
-    throw InvalidArgument(fmt::format("the tokenizer has {} tokens but the model's vocabulary is {}",
-                                      tokenizer.n_vocab(), n_vocab));
+    throw InvalidArgument(
+        fmt::format("the tokenizer has {} tokens but the model's vocabulary is {}",
+                    tokenizer.n_vocab(), n_vocab));
   }
   params.validate(n_vocab);
   const int32_t n_ctx = ctx.n_ctx();
@@ -200,8 +200,8 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
   }
   const int n = params.n_samples;
   if (resume && resume->size() != static_cast<size_t>(n)) {
-    throw InvalidArgument(fmt::format("resume state has {} samples but the request asks for {}",
-                                      resume->size(), n));
+    throw InvalidArgument(
+        fmt::format("resume state has {} samples but the request asks for {}", resume->size(), n));
   }
   SamplingParams sp = params.sampling;
   if (sp.repeat_last_n < 0) sp.repeat_last_n = n_ctx;
@@ -227,7 +227,8 @@ GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
           i, prompt_len, done, n_ctx));
     }
     int64_t tokens = n_ctx;
-    if (params.n_predict >= 0) tokens = std::min<int64_t>(n_ctx, prompt_len + done + params.n_predict);
+    if (params.n_predict >= 0)
+      tokens = std::min<int64_t>(n_ctx, prompt_len + done + params.n_predict);
     need_blocks += blocks_for(tokens, bt) - prompt_len / bt;
   }
   if (need_blocks > pool.n_free()) {

@@ -46,8 +46,8 @@ std::string StopText::flush_shown() {
 
 void StopText::restore(std::string held, size_t shown) {
   if (shown > held.size()) {
-    throw InvalidArgument(fmt::format(
-        "stop-string state: {} bytes marked shown but only {} held", shown, held.size()));
+    throw InvalidArgument(fmt::format("stop-string state: {} bytes marked shown but only {} held",
+                                      shown, held.size()));
   }
   held_ = std::move(held);
   shown_ = shown;

@@ -46,9 +46,12 @@ CpuFeatures query_cpu() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -66,8 +69,10 @@ bool isa_supported(Isa isa) {
   // The *_avx2.cpp files are also compiled with -mbmi2 (GCC emits shlx etc.).
   const bool avx2 = f.os_avx && f.avx2 && f.fma && f.f16c && f.bmi2;
   switch (isa) {
-    case Isa::Scalar: return true;
-    case Isa::Avx2: return avx2;
+    case Isa::Scalar:
+      return true;
+    case Isa::Avx2:
+      return avx2;
     case Isa::Avx512:
       return avx2 && f.os_avx512 && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl &&
              f.avx512vnni;

@@ -92,13 +92,14 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
     if (direct) {
       float out[mm::kMaxTileR * mm::kMaxTileC];
       // wm of the tile's rows (types with an offset): [kMaxTileR, cols / 32]
-      std::vector<float> wm(with_min ? static_cast<size_t>(mm::kMaxTileR * (cols / mm::kGroup)) : 0);
+      std::vector<float> wm(with_min ? static_cast<size_t>(mm::kMaxTileR * (cols / mm::kGroup))
+                                     : 0);
       for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
         const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
         for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
           const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
-          kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
-                         w.row_bytes, cols, act, i0, out, wm.data());
+          kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes,
+                         cols, act, i0, out, wm.data());
           for (int c = 0; c < C; ++c) {
             for (int r = 0; r < R; ++r) {
               float v = out[c * R + r];

@@ -415,9 +415,8 @@ void widen_avx2(DType t, const uint8_t* src, int64_t k, float* dst) {
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels k{quantize_act_avx2, decode_avx2,     int_tile_avx2,
-                            min_term_avx2,     float_tile_avx2, widen_avx2,
-                            has_direct_avx2,   direct_tile_avx2};
+  static const IsaKernels k{quantize_act_avx2, decode_avx2, int_tile_avx2,   min_term_avx2,
+                            float_tile_avx2,   widen_avx2,  has_direct_avx2, direct_tile_avx2};
   return k;
 }
 

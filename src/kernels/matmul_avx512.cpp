@@ -130,8 +130,8 @@ void q8_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
     for (int c = 0; c < C; ++c) {
       const int8_t* q = a.q + (i0 + c) * a.kp + b * kGroup;
       const __m512i qv = _mm512_xor_si512(_mm512_loadu_si512(q), k80);
-      const __m128 d2 =
-          _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.d + (i0 + c) * ng + b)));
+      const __m128 d2 = _mm_castsi128_ps(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.d + (i0 + c) * ng + b)));
       const __m512 dac = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d2));
       for (int r = 0; r < R; ++r) {
         const __m512i p = _mm512_dpbusd_epi32(base[r], qv, wv[r]);
@@ -185,7 +185,8 @@ void q4_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
       const uint32_t m_lo = u[1] & 0x3f3f3f3fu;
       const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
       const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
-      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dh | (uint32_t{mh} << 16))));
+      const __m128 dm =
+          _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dh | (uint32_t{mh} << 16))));
       const __m256 d = _mm256_broadcastss_ps(dm);
       const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
       const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
@@ -210,8 +211,8 @@ void q4_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
         // Both halves get the 32 bytes; the upper half is shifted to its
         // high nibbles, then both are masked to 4 bits.
         const uint8_t* qs = w + r * row_bytes + b * kB + 16 + 32 * ch;
-        const __m512i v = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
+        const __m512i v =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
         wv[r] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xffff0000u, v, 4), m4x);
       }
       const int64_t g = 8 * b + 2 * ch;  // first group of this register
@@ -229,8 +230,7 @@ void q4_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
 }
 
-using DirectFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
-                          float*);
+using DirectFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*, float*);
 
 template <int R, int C>
 void q8_0_direct(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
@@ -245,15 +245,15 @@ constexpr auto drow_of(std::integer_sequence<int, Cs...>) {
 
 template <int R, int C>
 struct Q8Direct {
-  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
-                  float* out, float* wm) {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
+                  float* wm) {
     q8_0_direct<R, C>(w, rb, k, a, i0, out, wm);
   }
 };
 template <int R, int C>
 struct Q4KDirect {
-  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
-                  float* out, float* wm) {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
+                  float* wm) {
     q4_k_tile_t<R, C>(w, rb, k, a, i0, out, wm);
   }
 };

@@ -245,9 +245,8 @@ void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const flo
 }  // namespace
 
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels k{quantize_act_scalar, decode_scalar,     int_tile_scalar,
-                            min_term_scalar,     float_tile_scalar, widen_scalar,
-                            nullptr,           nullptr};
+  static const IsaKernels k{quantize_act_scalar, decode_scalar, int_tile_scalar, min_term_scalar,
+                            float_tile_scalar,   widen_scalar,  nullptr,         nullptr};
   return k;
 }
 

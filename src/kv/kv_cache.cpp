@@ -147,9 +147,7 @@ uint8_t* KvBlockPool::layer_base(int32_t block, int layer) const {
 
 uint8_t* KvBlockPool::k(int32_t block, int layer) { return layer_base(block, layer); }
 
-uint8_t* KvBlockPool::v(int32_t block, int layer) {
-  return k(block, layer) + plane_bytes();
-}
+uint8_t* KvBlockPool::v(int32_t block, int layer) { return k(block, layer) + plane_bytes(); }
 
 const uint8_t* KvBlockPool::k(int32_t block, int layer) const { return layer_base(block, layer); }
 

@@ -88,7 +88,8 @@ Model::TokenCost Model::token_cost() const {
     c.macs += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols);
   };
   for (const LayerWeights& l : weights_->layers) {
-    for (const kernels::WeightView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const kernels::WeightView* m :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       add(*m);
     }
   }
@@ -109,8 +110,7 @@ ForwardContext::ForwardContext(const Model& model, KvBlockPool& pool, ThreadPool
     throw InvalidArgument(fmt::format(
         "KV pool layout (layers {}, KV heads {}, head size {}) does not fit the model "
         "{} (layers {}, KV heads {}, head size {})",
-        l.n_layer, l.n_kv_heads, l.head_dim, model.path(), hp.n_layer, hp.n_head_kv,
-        hp.head_dim));
+        l.n_layer, l.n_kv_heads, l.head_dim, model.path(), hp.n_layer, hp.n_head_kv, hp.head_dim));
   }
   const int group = hp.n_head / hp.n_head_kv;
   scores_.resize(static_cast<size_t>(threads.size()) * static_cast<size_t>(group) *
@@ -147,8 +147,8 @@ void ForwardContext::step(std::span<const SeqTokens> batch) {
     if (st.tokens.empty()) throw InvalidArgument(fmt::format("step: entry {} has no tokens", e));
     if (!st.logits.empty() && st.logits.size() != static_cast<size_t>(hp.n_vocab)) {
       throw InvalidArgument(
-          fmt::format("step: entry {}: the logits buffer has {} entries, expected n_vocab = {}",
-                      e, st.logits.size(), hp.n_vocab));
+          fmt::format("step: entry {}: the logits buffer has {} entries, expected n_vocab = {}", e,
+                      st.logits.size(), hp.n_vocab));
     }
     const int64_t total = int64_t{st.seq->n_tokens} + static_cast<int64_t>(st.tokens.size());
     if (total > n_ctx_) {
@@ -232,15 +232,15 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
   ThreadPool* pool = &threads_;
   const Isa isa = isa_;
 
-  float* x = ensure(x_, n, n_embd);        // [n, n_embd]
-  float* xb = ensure(xb_, n, n_embd);      // [n, n_embd]
-  float* xb2 = ensure(xb2_, n, n_embd);    // [n, n_embd]
-  float* q = ensure(q_, n, n_q);           // [n, n_head * head_dim]
-  float* k = ensure(k_, n, n_kv);          // [n, n_head_kv * head_dim]
-  float* v = ensure(v_, n, n_kv);          // [n, n_head_kv * head_dim]
-  ensure(att_, n, n_q);                    // [n, n_head * head_dim]
-  float* gate = ensure(gate_, n, n_ff);    // [n, n_ff]
-  float* up = ensure(up_, n, n_ff);        // [n, n_ff]
+  float* x = ensure(x_, n, n_embd);            // [n, n_embd]
+  float* xb = ensure(xb_, n, n_embd);          // [n, n_embd]
+  float* xb2 = ensure(xb2_, n, n_embd);        // [n, n_embd]
+  float* q = ensure(q_, n, n_q);               // [n, n_head * head_dim]
+  float* k = ensure(k_, n, n_kv);              // [n, n_head_kv * head_dim]
+  float* v = ensure(v_, n, n_kv);              // [n, n_head_kv * head_dim]
+  ensure(att_, n, n_q);                        // [n, n_head * head_dim]
+  float* gate = ensure(gate_, n, n_ff);        // [n, n_ff]
+  float* up = ensure(up_, n, n_ff);            // [n, n_ff]
   float* rc = ensure(rope_cos_, n, half_rot);  // [n, n_rot / 2]
   float* rs = ensure(rope_sin_, n, half_rot);  // [n, n_rot / 2]
   const float* freq_factors = w.rope_freqs.empty() ? nullptr : w.rope_freqs.data();
@@ -321,8 +321,8 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
   int n_out = 0;
   for (int t = 0; t < n; ++t) n_out += toks[t].logits != nullptr;
   if (n_out == 0) return;
-  float* ox = ensure(out_x_, n_out, n_embd);            // [n_out, n_embd]
-  float* ol = ensure(out_logits_, n_out, hp.n_vocab);   // [n_out, n_vocab]
+  float* ox = ensure(out_x_, n_out, n_embd);           // [n_out, n_embd]
+  float* ol = ensure(out_logits_, n_out, hp.n_vocab);  // [n_out, n_vocab]
   for (int t = 0, o = 0; t < n; ++t) {
     if (toks[t].logits == nullptr) continue;
     kernels::rmsnorm(ox + o * n_embd, x + t * n_embd, w.output_norm.data(), n_embd, hp.rms_eps,

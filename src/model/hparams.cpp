@@ -106,8 +106,8 @@ HParams read_common_hparams(const gguf::File& file, const std::string& arch) {
   // 0 (or absent) means none, and an absent type means "linear". Type "none"
   // means no scaling whatever the factor says (llama.cpp: "never scale if
   // scaling type is none"); the factor is still range-checked. YaRN,
-  // LongRoPE & co. change more than the positions and are refused. (Llama 3.1's "llama3" scaling is no type here: converters
-  // bake it into the rope_freqs.weight tensor, see read_rope_freqs.)
+  // LongRoPE & co. change more than the positions and are refused. (Llama 3.1's "llama3" scaling is
+  // no type here: converters bake it into the rope_freqs.weight tensor, see read_rope_freqs.)
   const std::optional<std::string> scaling = file.opt_string(p + "rope.scaling.type");
   if (scaling && *scaling != "none" && *scaling != "linear") {
     throw ModelError(

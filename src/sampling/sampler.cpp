@@ -17,7 +17,9 @@
 namespace encore {
 namespace {
 
-float nan_to_neg_inf(float l) { return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l; }
+float nan_to_neg_inf(float l) {
+  return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
+}
 
 }  // namespace
 
@@ -177,16 +179,14 @@ Sampler::Sampler(const SamplingParams& params, uint64_t seed, uint32_t stream, I
   const auto in_order = [&](StageKind k) {
     return std::find(params.order.begin(), params.order.end(), k) != params.order.end();
   };
-  plain_greedy_ =
-      params.temp <= 0.0f && params.logit_bias.empty() &&
-      (!in_order(StageKind::Penalties) ||
-       !make_penalties(params.repeat_penalty, params.repeat_last_n, params.frequency_penalty,
-                       params.presence_penalty)) &&
-      (!in_order(StageKind::TypicalP) || params.typical_p >= 1.0f);
+  plain_greedy_ = params.temp <= 0.0f && params.logit_bias.empty() &&
+                  (!in_order(StageKind::Penalties) ||
+                   !make_penalties(params.repeat_penalty, params.repeat_last_n,
+                                   params.frequency_penalty, params.presence_penalty)) &&
+                  (!in_order(StageKind::TypicalP) || params.typical_p >= 1.0f);
   // Temperature 0 means greedy even when the order leaves the stage out.
-  if (params.temp <= 0.0f &&
-      std::find(params.order.begin(), params.order.end(), StageKind::Temperature) ==
-          params.order.end()) {
+  if (params.temp <= 0.0f && std::find(params.order.begin(), params.order.end(),
+                                       StageKind::Temperature) == params.order.end()) {
     chain_.add(make_temperature(0.0f));
   }
 }
@@ -232,9 +232,9 @@ void Sampler::reset() { state_ = SamplerState{}; }
 
 void Sampler::restore(SamplerState state) {
   if (state.recent.size() > static_cast<size_t>(params_.repeat_last_n)) {
-    throw InvalidArgument(fmt::format(
-        "sampler state: the penalty window holds {} ids but repeat_last_n is {}",
-        state.recent.size(), params_.repeat_last_n));
+    throw InvalidArgument(
+        fmt::format("sampler state: the penalty window holds {} ids but repeat_last_n is {}",
+                    state.recent.size(), params_.repeat_last_n));
   }
   state_ = std::move(state);
 }

@@ -265,8 +265,7 @@ class Temperature final : public SamplerStage {
     // tie must go to the lowest id for the stages after this one.
     if (cur.sorted) {
       for (size_t i = 1; i < cur.items.size(); ++i) {
-        if (cur.items[i - 1].logit == cur.items[i].logit &&
-            cur.items[i - 1].id > cur.items[i].id) {
+        if (cur.items[i - 1].logit == cur.items[i].logit && cur.items[i - 1].id > cur.items[i].id) {
           cur.sorted = false;
           cur.sort();
           break;
@@ -369,7 +368,8 @@ void SamplingParams::validate(int n_vocab) const {
   auto check = [](bool ok, const std::string& what) {
     if (!ok) throw InvalidArgument(what);
   };
-  check(std::isfinite(temp) && temp >= 0.0f, fmt::format("temperature {} must be finite and >= 0", temp));
+  check(std::isfinite(temp) && temp >= 0.0f,
+        fmt::format("temperature {} must be finite and >= 0", temp));
   check(top_p >= 0.0f && top_p <= 1.0f, fmt::format("top_p {} must be in [0, 1]", top_p));
   check(min_p >= 0.0f && min_p <= 1.0f, fmt::format("min_p {} must be in [0, 1]", min_p));
   check(typical_p >= 0.0f && typical_p <= 1.0f,

@@ -59,15 +59,19 @@ std::vector<std::pair<std::string, gguf::Value>> builtin_vocab_metadata(int n_vo
     // Control/byte tokens score 0 like SentencePiece's; pieces score by
     // creation order, so shorter (earlier) merges win ties of length.
     const int idx = static_cast<int>(i);
-    score_values.push_back(gguf::Value::make_f32(idx < first_piece ? 0.0f : -static_cast<float>(idx - first_piece)));
+    score_values.push_back(
+        gguf::Value::make_f32(idx < first_piece ? 0.0f : -static_cast<float>(idx - first_piece)));
     type_values.push_back(gguf::Value::make_i32(types[i]));
   }
   std::vector<std::pair<std::string, gguf::Value>> kv;
   kv.emplace_back("tokenizer.ggml.model", gguf::Value::make_string("llama"));
   kv.emplace_back("tokenizer.ggml.pre", gguf::Value::make_string("default"));
-  kv.emplace_back("tokenizer.ggml.tokens", gguf::Value::make_array(gguf::ValueType::STRING, std::move(token_values)));
-  kv.emplace_back("tokenizer.ggml.scores", gguf::Value::make_array(gguf::ValueType::FLOAT32, std::move(score_values)));
-  kv.emplace_back("tokenizer.ggml.token_type", gguf::Value::make_array(gguf::ValueType::INT32, std::move(type_values)));
+  kv.emplace_back("tokenizer.ggml.tokens",
+                  gguf::Value::make_array(gguf::ValueType::STRING, std::move(token_values)));
+  kv.emplace_back("tokenizer.ggml.scores",
+                  gguf::Value::make_array(gguf::ValueType::FLOAT32, std::move(score_values)));
+  kv.emplace_back("tokenizer.ggml.token_type",
+                  gguf::Value::make_array(gguf::ValueType::INT32, std::move(type_values)));
   kv.emplace_back("tokenizer.ggml.unknown_token_id", gguf::Value::make_u32(0));
   kv.emplace_back("tokenizer.ggml.bos_token_id", gguf::Value::make_u32(1));
   kv.emplace_back("tokenizer.ggml.eos_token_id", gguf::Value::make_u32(2));

@@ -153,7 +153,7 @@ class WpmTokenizer final : public Tokenizer {
   void encode_word(std::string_view word, size_t n_chars, std::string* buf,
                    std::vector<TokenId>* out) const;
 
-  const icu::Normalizer2* nfd_;      // ICU's shared instance
+  const icu::Normalizer2* nfd_;  // ICU's shared instance
 };
 
 WpmTokenizer::WpmTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
