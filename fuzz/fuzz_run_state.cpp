@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "cli/run_state.h"
 #include "encore/error.h"
+#include "encore/run_state.h"
 
 namespace {
 
@@ -24,30 +24,31 @@ void check(bool ok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  encore::cli::RunState s;
+  encore::RunState s;
   try {
-    s = encore::cli::parse_run_state(text, "fuzz");
+    s = encore::parse_run_state(text, "fuzz");
   } catch (const encore::InvalidArgument&) {
     return 0;
   }
   const std::string path = "/tmp/encore-fuzz-run-state-" + std::to_string(getpid()) + ".json";
-  encore::cli::save_run_state(path, s);
-  const encore::cli::RunState back = encore::cli::load_run_state(path);
+  encore::save_run_state(path, s);
+  const encore::RunState back = encore::load_run_state(path);
   std::remove(path.c_str());
-  check(back.prompt_ids == s.prompt_ids && back.n_ctx == s.n_ctx &&
-        back.params.seed == s.params.seed);
+  const encore::Request &a = s.request, &b = back.request;
+  check(b.prompt_ids == a.prompt_ids && back.n_ctx == s.n_ctx && b.seed == a.seed);
   check(back.system_fingerprint == s.system_fingerprint);
-  check(back.samples.size() == s.samples.size());
-  for (size_t i = 0; i < s.samples.size(); ++i) {
-    check(back.samples[i].ids == s.samples[i].ids);
-    check(back.samples[i].sampler.t == s.samples[i].sampler.t);
-    check(back.samples[i].sampler.recent == s.samples[i].sampler.recent);
-    check(back.samples[i].held_text == s.samples[i].held_text);
-    check(back.samples[i].decoder.pending == s.samples[i].decoder.pending);
-    check(back.samples[i].finished == s.samples[i].finished);
+  check(b.resume.size() == a.resume.size());
+  for (size_t i = 0; i < a.resume.size(); ++i) {
+    check(b.resume[i].ids == a.resume[i].ids);
+    check(b.resume[i].sampler.t == a.resume[i].sampler.t);
+    check(b.resume[i].sampler.recent == a.resume[i].sampler.recent);
+    check(b.resume[i].held_text == a.resume[i].held_text);
+    check(b.resume[i].decoder.pending == a.resume[i].decoder.pending);
+    check(b.resume[i].finished == a.resume[i].finished);
   }
-  check(back.params.stop == s.params.stop && back.params.logprobs == s.params.logprobs);
-  check(back.params.sampling.logit_bias == s.params.sampling.logit_bias);
-  check(back.params.sampling.order == s.params.sampling.order);
+  check(b.stop == a.stop && b.logprobs == a.logprobs && b.n == a.n);
+  check(b.ignore_eos == a.ignore_eos);
+  check(b.sampling.logit_bias == a.sampling.logit_bias);
+  check(b.sampling.order == a.sampling.order);
   return 0;
 }

@@ -37,7 +37,8 @@ if [ "$fuzz_seconds" != "0" ]; then
   echo "== libFuzzer: GGUF reader for ${fuzz_seconds}s"
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-  cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state
+  cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state \
+    fuzz_batch_request
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
   echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
   tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
@@ -50,6 +51,18 @@ if [ "$fuzz_seconds" != "0" ]; then
     --stop "ab" --logit-bias 5-inf --save-state "$state_corpus/seed.json" >/dev/null 2>&1
   build-fuzz/bin/fuzz_run_state -max_total_time=$((fuzz_seconds / 4)) -max_len=8192 -timeout=10 \
     -rss_limit_mb=2048 -artifact_prefix="$state_corpus/" "$state_corpus"
+  echo "== libFuzzer: encore batch lines for $((fuzz_seconds / 4))s"
+  batch_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-batch.XXXXXX")
+  # Seeds, one line per file: both envelope styles, every field, a few bad values.
+  split -l 1 - "$batch_corpus/seed-" <<'SEEDS'
+{"custom_id": "c1", "prompt": "Once upon", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "min_p": 0.1, "typical_p": 0.8, "top_k": 12, "repeat_penalty": 1.3, "repeat_last_n": -1, "presence_penalty": 0.25, "frequency_penalty": -0.5, "seed": 18446744073709551615, "n": 3, "stop": ["\n", "The end"], "ignore_eos": true, "samplers": "top_k;temperature", "logit_bias": {"15043": 2.5, "7": -100}, "logprobs": 4, "stream": true, "model": "m", "user": "u"}
+{"custom_id": "c2", "messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "name": "b", "content": [{"type": "text", "text": "Hi"}, {"type": "image_url", "image_url": {"url": "x"}}]}], "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 20, "seed": -1}
+{"custom_id": "c3", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": null, "stop": "x"}}
+{"custom_id": "c4", "method": "POST", "url": "/v1/completions", "body": {"prompt": [1, 15043, 2147483647], "temperature": 1e300}}
+{"prompt": ["one"], "max_tokens": 3.0, "seed": 1e400, "logit_bias": {"01": 1}, "n": 65}
+SEEDS
+  build-fuzz/bin/fuzz_batch_request -max_total_time=$((fuzz_seconds / 4)) -max_len=8192 \
+    -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$batch_corpus/" "$batch_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

@@ -162,7 +162,8 @@ TEST(CliRun, KvBudgetSmallerThanContextFailsUpFront) {
       run_encore({"run", "-m", model_path, "-c", "512", "--kv-mem", "0.1", "-p", "Once", "--json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "");  // nothing half-printed
-  EXPECT_NE(r.err.find("KV cache has room for"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KV cache holds 160 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("raise --kv-mem"), std::string::npos) << r.err;
 }
 
 TEST(CliRun, MmapAndReadGiveTheSameOutput) {

@@ -1,157 +1,510 @@
-// generate(): finish reasons, EOG handling, determinism, KV accounting, on a
-// synthetic tiny model written by synth_model into a temporary folder.
+// The engine (engine.h) on a synthetic tiny model: finish reasons, field
+// errors at submission, streaming events, the scheduler (a crowd, late
+// arrivals, preemption), the prefix cache (hits bit-identical to cold runs,
+// tenants apart, eviction), cancellation from another thread, failures, and
+// KV block accounting after every path. Label `unit`: also run under
+// ASan+UBSan.
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <set>
 #include <string>
-#include <string_view>
+#include <thread>
+#include <vector>
 
-#include "cli_runner.h"
 #include "encore/engine.h"
 #include "encore/error.h"
 #include "encore/gguf.h"
-#include "encore/synth.h"
-#include "encore/thread_pool.h"
+#include "synth_test_util.h"
 
 namespace encore {
 namespace {
 
+struct EngineSpec {
+  int32_t n_ctx = 128;
+  int32_t kv_blocks = 64;  // of 16 tokens
+  int32_t batch_tokens = 512;
+  bool prefix_cache = true;
+  int threads = 2;
+};
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    ThreadPool pool(2);
-    SynthOptions o;
-    o.preset = "tiny";
-    o.type = DType::Q8_0;
-    o.seed = 11;
-    synth_model(o, dir_->file("tiny.gguf"), pool);
+    file_ = new std::shared_ptr<const gguf::File>(std::make_shared<const gguf::File>(
+        gguf::File::from_bytes(test::synth_bytes("tiny", DType::Q8_0), "tiny.gguf")));
+    EngineOptions o;
+    o.kv_bytes = 1 << 20;
+    o.fingerprint_cache_dir = "/nonexistent";  // never touch the user's cache
+    block_bytes_ = Engine::open(*file_, o)->info().kv_block_bytes;
   }
-  static void TearDownTestSuite() { delete dir_; }
+  static void TearDownTestSuite() { delete file_; }
 
-  void SetUp() override {
-    file_ = std::make_unique<gguf::File>(gguf::File::open(dir_->file("tiny.gguf")));
-    model_ = Model::load(*file_);
-    tokenizer_ = Tokenizer::create(vocab_from_gguf(*file_));
-  }
-
-  // A context of n_ctx positions over a pool of exactly `kv_tokens` tokens.
-  std::unique_ptr<ForwardContext> context(int n_ctx, int kv_tokens) {
-    const KvLayout layout = kv_layout_for(model_->hparams(), DType::F32);
-    kv_ = std::make_unique<KvBlockPool>(layout, kv_bytes_for_tokens(layout, kv_tokens));
-    return std::make_unique<ForwardContext>(*model_, *kv_, threads_, n_ctx);
+  // Every engine a test made must hold no KV block once its requests are over.
+  void TearDown() override {
+    for (const auto& e : engines_) {
+      e->drain();
+      const EngineStats s = e->stats();
+      EXPECT_EQ(s.kv_blocks_used, 0) << "KV blocks leaked";
+      EXPECT_EQ(s.kv_blocks_used + s.kv_blocks_cached + s.kv_blocks_free, s.kv_blocks_total);
+      EXPECT_EQ(s.requests_running + s.requests_waiting, 0);
+    }
   }
 
-  static test::TempDir* dir_;
-  ThreadPool threads_{2};
-  std::unique_ptr<gguf::File> file_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<KvBlockPool> kv_;
+  Engine& engine(const EngineSpec& spec = {}) {
+    EngineOptions o;
+    o.threads = spec.threads;
+    o.n_ctx = spec.n_ctx;
+    o.kv_bytes = static_cast<uint64_t>(spec.kv_blocks) * block_bytes_;
+    o.batch_tokens = spec.batch_tokens;
+    o.prefix_cache = spec.prefix_cache;
+    o.fingerprint_cache_dir = "/nonexistent";
+    engines_.push_back(Engine::open(*file_, o));
+    return *engines_.back();
+  }
+
+  static std::shared_ptr<const gguf::File>* file_;
+  static uint64_t block_bytes_;
+  std::vector<std::unique_ptr<Engine>> engines_;
 };
-test::TempDir* EngineTest::dir_ = nullptr;
+std::shared_ptr<const gguf::File>* EngineTest::file_ = nullptr;
+uint64_t EngineTest::block_bytes_ = 0;
 
-const std::vector<TokenId> kPrompt = {1, 300, 301, 302};
+std::vector<TokenId> prompt_of(int n, int salt) {
+  std::vector<TokenId> ids = {1};
+  for (int i = 1; i < n; ++i) ids.push_back(3 + (i * 37 + salt * 101) % 500);
+  return ids;
+}
 
-TEST_F(EngineTest, LengthStopsAtNPredictAndReturnsBlocks) {
-  auto ctx = context(128, 128);
-  const int32_t free_before = kv_->n_free();
-  GenerateParams p;
-  p.n_predict = 9;
-  p.sampling.temp = 0.0f;
-  std::vector<TokenId> streamed_ids;
-  std::string streamed_text;
-  const GenerateResult r =
-      generate(*ctx, *tokenizer_, kPrompt, p, [&](int sample, TokenId id, std::string_view text) {
-        EXPECT_EQ(sample, 0);
-        streamed_ids.push_back(id);
-        streamed_text += text;
-      });
-  ASSERT_EQ(r.samples.size(), 1u);
-  const SampleResult& s = r.samples[0];
-  EXPECT_EQ(s.finish, FinishReason::Length);
-  EXPECT_EQ(s.ids.size(), 9u);
-  // The streamed text is the result's text, and every id it came with is one
-  // of the generated ids, in generation order (ids whose piece is still
-  // incomplete UTF-8 stream nothing).
-  EXPECT_EQ(streamed_text, s.text);
-  size_t at = 0;
-  for (TokenId id : streamed_ids) {
-    while (at < s.ids.size() && s.ids[at] != id) ++at;
-    EXPECT_LT(at, s.ids.size()) << "streamed id " << id << " is not a generated id in order";
+Request request(std::vector<TokenId> prompt, uint64_t seed, int32_t max_tokens) {
+  Request r;
+  r.prompt_ids = std::move(prompt);
+  r.seed = seed;
+  r.max_tokens = max_tokens;
+  r.sampling.temp = 1.0f;
+  r.sampling.top_k = 0;
+  r.sampling.top_p = 1.0f;
+  r.sampling.min_p = 0.0f;
+  r.logprobs = 2;
+  return r;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Ids, logprob bits (top alternatives included), text and finish of every sample.
+::testing::AssertionResult same_output(const Response& a, const Response& b) {
+  if (a.status != Response::Status::Ok || b.status != Response::Status::Ok) {
+    return ::testing::AssertionFailure()
+           << "status " << static_cast<int>(a.status) << " / " << static_cast<int>(b.status) << ": "
+           << a.error << b.error;
   }
-  EXPECT_EQ(kv_->n_free(), free_before);  // the sequence's blocks went back
+  if (a.samples.size() != b.samples.size()) return ::testing::AssertionFailure() << "n differs";
+  for (size_t i = 0; i < a.samples.size(); ++i) {
+    const SampleResult &x = a.samples[i], &y = b.samples[i];
+    if (x.ids != y.ids || x.text != y.text || x.finish != y.finish) {
+      return ::testing::AssertionFailure() << "sample " << i << ": ids, text or finish differ";
+    }
+    if (x.logprobs.size() != y.logprobs.size()) {
+      return ::testing::AssertionFailure() << "sample " << i << ": logprob counts differ";
+    }
+    for (size_t t = 0; t < x.logprobs.size(); ++t) {
+      const LogprobEntry &p = x.logprobs[t], &q = y.logprobs[t];
+      bool same = p.chosen.id == q.chosen.id && same_bits(p.chosen.logprob, q.chosen.logprob) &&
+                  p.top.size() == q.top.size();
+      for (size_t k = 0; same && k < p.top.size(); ++k) {
+        same = p.top[k].id == q.top[k].id && same_bits(p.top[k].logprob, q.top[k].logprob);
+      }
+      if (!same) {
+        return ::testing::AssertionFailure() << "sample " << i << " token " << t << ": logprobs";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---- One request ----------------------------------------------------------------
+
+TEST_F(EngineTest, LengthStopsAtMaxTokensAndStreamsEveryToken) {
+  Engine& e = engine();
+  Request r = request(prompt_of(4, 0), 5, 9);
+  r.stream = true;
+  RequestHandle h = e.submit(r);
+  std::vector<TokenId> ids;
+  std::string text;
+  int finishes = 0, dones = 0;
+  while (std::optional<Event> ev = h.next()) {
+    if (ev->kind == Event::Kind::Token) {
+      ids.push_back(ev->id);
+      ASSERT_TRUE(ev->logprob.has_value());
+      EXPECT_EQ(ev->logprob->chosen.id, ev->id);
+    }
+    if (ev->kind == Event::Kind::Finish) ++finishes;
+    if (ev->kind == Event::Kind::Done) ++dones;
+    text += ev->text;
+  }
+  const Response& resp = h.wait();
+  ASSERT_EQ(resp.samples.size(), 1u);
+  EXPECT_EQ(resp.samples[0].finish, FinishReason::Length);
+  EXPECT_EQ(resp.samples[0].ids.size(), 9u);
+  EXPECT_EQ(ids, resp.samples[0].ids);
+  EXPECT_EQ(text, resp.samples[0].text);
+  EXPECT_EQ(finishes, 1);
+  EXPECT_EQ(dones, 1);
+  EXPECT_EQ(resp.seed, 5u);
+  EXPECT_EQ(resp.usage.prompt_tokens, 4);
+  EXPECT_EQ(resp.usage.generated_tokens, 9);
 }
 
 TEST_F(EngineTest, ContextFullStops) {
-  auto ctx = context(20, 20);
-  GenerateParams p;
-  p.sampling.temp = 0.0f;
-  const GenerateResult r = generate(*ctx, *tokenizer_, kPrompt, p, nullptr);
-  EXPECT_EQ(r.samples[0].finish, FinishReason::Context);
-  EXPECT_EQ(kPrompt.size() + r.samples[0].ids.size(),
-            21u);  // 20 positions in the KV + the last pick
+  Engine& e = engine({.n_ctx = 20, .kv_blocks = 2});
+  Request r = request(prompt_of(4, 0), 1, -1);
+  r.sampling.temp = 0.0f;
+  const Response resp = e.run(r);
+  EXPECT_EQ(resp.samples[0].finish, FinishReason::Context);
+  EXPECT_EQ(4 + resp.samples[0].ids.size(), 21u);  // 20 positions in the KV + the last pick
 }
 
-TEST_F(EngineTest, EogStopsAndIsNotEmitted) {
+TEST_F(EngineTest, EogStopsAndIsNotEmittedUnlessIgnored) {
   // Some seed among the first 200 samples EOS within 300 tokens on this
-  // random model (p(EOS) is about 1/512 per step); the search itself is
-  // deterministic.
-  auto ctx = context(512, 512);
-  bool found = false;
-  for (uint64_t seed = 0; seed < 200 && !found; ++seed) {
-    GenerateParams p;
-    p.n_predict = 300;
-    p.sampling.temp = 1.5f;
-    p.sampling.top_k = 0;  // the whole distribution: no truncation cuts EOS away
-    p.sampling.top_p = 1.0f;
-    p.sampling.min_p = 0.0f;
-    p.seed = seed;
-    const GenerateResult r = generate(*ctx, *tokenizer_, kPrompt, p, nullptr);
-    if (r.samples[0].finish != FinishReason::Eog) continue;
-    found = true;
-    for (TokenId id : r.samples[0].ids) EXPECT_FALSE(tokenizer_->is_eog(id));
+  // random model (p(EOS) is about 1/512 per step); the search is deterministic.
+  Engine& e = engine({.n_ctx = 512, .kv_blocks = 64});
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    Request r = request(prompt_of(4, 0), seed, 300);
+    r.sampling.temp = 1.5f;
+    r.logprobs = -1;
+    const Response a = e.run(r);
+    if (a.samples[0].finish != FinishReason::Eog) continue;
+    const size_t n = a.samples[0].ids.size();
+    // With ignore_eos the same draws go on past the EOG token.
+    r.ignore_eos = true;
+    r.max_tokens = static_cast<int32_t>(n + 3);
+    const Response b = e.run(r);
+    EXPECT_EQ(b.samples[0].finish, FinishReason::Length);
+    ASSERT_EQ(b.samples[0].ids.size(), n + 3);
+    EXPECT_TRUE(
+        std::equal(a.samples[0].ids.begin(), a.samples[0].ids.end(), b.samples[0].ids.begin()));
+    EXPECT_EQ(b.samples[0].ids[n], 2) << "the EOS id of the built-in vocabulary";
+    return;
   }
-  EXPECT_TRUE(found) << "no seed reached EOS; the synthetic model's logits may be degenerate";
+  FAIL() << "no seed reached EOS; the synthetic model's logits may be degenerate";
 }
 
-TEST_F(EngineTest, SameSeedSameIdsDifferentSeedDifferentIds) {
-  auto ctx = context(128, 128);
-  GenerateParams p;
-  p.n_predict = 24;
-  p.sampling.temp = 1.0f;
-  p.seed = 77;
-  const auto a = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids;
-  const auto b = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids;
-  p.seed = 78;
-  const auto c = generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids;
-  EXPECT_EQ(a, b);
-  EXPECT_NE(a, c);
+TEST_F(EngineTest, SameSeedSameOutputOtherSeedOtherOutput) {
+  Engine& e = engine();
+  const Response a = e.run(request(prompt_of(4, 0), 77, 24));
+  EXPECT_TRUE(same_output(a, e.run(request(prompt_of(4, 0), 77, 24))));
+  EXPECT_NE(a.samples[0].ids, e.run(request(prompt_of(4, 0), 78, 24)).samples[0].ids);
 }
 
-TEST_F(EngineTest, KvTooSmallFailsBeforeTheFirstToken) {
-  auto ctx = context(256, 32);
-  GenerateParams p;
-  p.sampling.temp = 0.0f;
-  int calls = 0;
+TEST_F(EngineTest, SeedlessRequestsDrawAndReportTheirSeed) {
+  Engine& e = engine();
+  Request r = request(prompt_of(4, 0), 0, 16);
+  r.seed.reset();
+  const Response a = e.run(r), b = e.run(r);
+  EXPECT_NE(a.seed, b.seed);
+  EXPECT_NE(a.samples[0].ids, b.samples[0].ids);
+  r.seed = a.seed;
+  EXPECT_TRUE(same_output(a, e.run(r)));
+  EXPECT_EQ(e.stats().seeds_drawn, 2);
+}
+
+TEST_F(EngineTest, BadFieldsAreRefusedAtSubmissionNamingTheField) {
+  Engine& e = engine({.n_ctx = 64, .kv_blocks = 16});
+  struct Case {
+    std::string field;
+    std::function<void(Request&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"n", [](Request& r) { r.n = 0; }},
+      {"n", [](Request& r) { r.n = kMaxSamples + 1; }},
+      {"max_tokens", [](Request& r) { r.max_tokens = -2; }},
+      {"logprobs", [](Request& r) { r.logprobs = kMaxTopLogprobs + 1; }},
+      {"stop[0]", [](Request& r) { r.stop = {""}; }},
+      {"stop[1]",
+       [](Request& r) {
+         r.stop = {"a", "\xff"};
+       }},
+      {"stop", [](Request& r) { r.stop.assign(kMaxStopStrings + 1, "x"); }},
+      {"sampling", [](Request& r) { r.sampling.temp = -1; }},
+      {"sampling",
+       [](Request& r) {
+         r.sampling.logit_bias = {{99999, 1.0f}};
+       }},
+      {"prompt_ids[2]", [](Request& r) { r.prompt_ids[2] = 512; }},
+      {"prompt_ids[0]", [](Request& r) { r.prompt_ids[0] = -1; }},
+      {"prompt", [](Request& r) { r.prompt = "text too"; }},
+      {"prompt", [](Request& r) { r.prompt_ids.assign(65, 5); }},
+      {"messages",
+       [](Request& r) {
+         r.prompt_ids.clear();
+         r.chat_template = "chatml";
+       }},
+      {"tenant", [](Request& r) { r.tenant.assign(kMaxTenantBytes + 1, 't'); }},
+      {"resume", [](Request& r) { r.resume.resize(2); }},
+  };
+  for (const Case& c : cases) {
+    Request r = request(prompt_of(4, 0), 1, 8);
+    c.edit(r);
+    try {
+      e.submit(r);
+      ADD_FAILURE() << c.field << ": accepted";
+    } catch (const InvalidArgument& err) {
+      EXPECT_EQ(std::string(err.what()).rfind(c.field, 0), 0u)
+          << "the error should start with the field " << c.field << ": " << err.what();
+    }
+  }
+  EXPECT_EQ(e.stats().requests_submitted, 0);
+}
+
+// A request that could never fit the KV budget is refused at once; the
+// others go on.
+TEST_F(EngineTest, ARequestThatCannotFitIsRefusedAndOthersGoOn) {
+  Engine& e = engine({.n_ctx = 256, .kv_blocks = 4});
+  RequestHandle ok = e.submit(request(prompt_of(4, 0), 1, 20));
   try {
-    generate(*ctx, *tokenizer_, kPrompt, p, [&](int, TokenId, std::string_view) { ++calls; });
+    e.submit(request(prompt_of(4, 0), 2, -1));  // may fill 256 positions: 16 blocks
     FAIL() << "expected ResourceExhausted";
-  } catch (const ResourceExhausted& e) {
-    EXPECT_NE(std::string(e.what()).find("room for 32 tokens"), std::string::npos) << e.what();
+  } catch (const ResourceExhausted& err) {
+    EXPECT_NE(std::string(err.what()).find("holds 64 tokens"), std::string::npos) << err.what();
   }
-  EXPECT_EQ(calls, 0);
-  EXPECT_EQ(kv_->n_free(), 2);  // nothing was taken
-  // A bounded request that fits is fine.
-  p.n_predict = 8;
-  EXPECT_EQ(generate(*ctx, *tokenizer_, kPrompt, p, nullptr).samples[0].ids.size(), 8u);
+  EXPECT_EQ(ok.wait().status, Response::Status::Ok);
+  EXPECT_EQ(ok.wait().samples[0].ids.size(), 20u);
 }
 
-TEST_F(EngineTest, PromptLongerThanContextIsInvalid) {
-  auto ctx = context(3, 16);
-  GenerateParams p;
-  EXPECT_THROW(generate(*ctx, *tokenizer_, kPrompt, p, nullptr), InvalidArgument);
-  EXPECT_THROW(generate(*ctx, *tokenizer_, {}, p, nullptr), InvalidArgument);
+TEST_F(EngineTest, TextAndChatPromptsAreTokenizedByTheEngine) {
+  Engine& e = engine();
+  Request r = request({}, 3, 4);
+  r.prompt = "the quick brown fox";
+  const Response a = e.run(r);
+  ASSERT_GE(a.prompt_ids.size(), 2u);
+  EXPECT_EQ(a.prompt_ids[0], 1) << "BOS first";
+  Request empty = request({}, 3, 4);
+  EXPECT_EQ(e.run(empty).prompt_ids, std::vector<TokenId>{1}) << "an empty prompt is BOS only";
+  Request chat = request({}, 3, 4);
+  chat.messages = {{"system", "Be brief."}, {"user", "the quick brown fox"}};
+  chat.chat_template = "chatml";
+  const Response c = e.run(chat);
+  EXPECT_EQ(c.chat_template, "chatml");
+  EXPECT_GT(c.prompt_ids.size(), a.prompt_ids.size());
+}
+
+// ---- The scheduler: crowds, late arrivals, preemption -------------------------------
+
+// A mixed crowd: prompts of several lengths sharing prefixes, n up to 4,
+// several sampler settings and stop strings.
+std::vector<Request> crowd(int count) {
+  std::vector<Request> v;
+  for (int k = 0; k < count; ++k) {
+    std::vector<TokenId> p = prompt_of(3 + (k * 13) % 45, k % 3);  // shared starts per salt
+    Request r = request(std::move(p), 1000 + static_cast<uint64_t>(k), 6 + (k * 7) % 20);
+    r.n = 1 + k % 4;
+    if (k % 3 == 1) {
+      r.sampling.temp = 0.7f;
+      r.sampling.top_k = 20;
+      r.sampling.repeat_penalty = 1.2f;
+    }
+    if (k % 5 == 2) r.stop = {"e", "th"};
+    if (k % 4 == 3) r.logprobs = -1;
+    v.push_back(std::move(r));
+  }
+  return v;
+}
+
+TEST_F(EngineTest, ACrowdGivesEachRequestItsOutputAlone) {
+  const std::vector<Request> reqs = crowd(24);
+  Engine& alone = engine({.n_ctx = 128, .kv_blocks = 64, .prefix_cache = false});
+  std::vector<Response> want;
+  for (const Request& r : reqs) want.push_back(alone.run(r));
+  // All at once, with small steps (prefill chunks of a few tokens), another
+  // thread count and the prefix cache on; a third of them arrive late.
+  Engine& e = engine({.n_ctx = 128, .kv_blocks = 256, .batch_tokens = 7, .threads = 3});
+  std::vector<RequestHandle> handles;
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    if (k == 16) e.run(request(prompt_of(30, 9), 5, 10));  // the first ones are running by now
+    handles.push_back(e.submit(reqs[k]));
+  }
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    EXPECT_TRUE(same_output(handles[k].wait(), want[k])) << "request " << k;
+  }
+  EXPECT_GT(e.stats().steps, 30);
+}
+
+TEST_F(EngineTest, PreemptedRequestsGiveTheSameOutput) {
+  const std::vector<Request> reqs = crowd(16);
+  Engine& alone = engine({.n_ctx = 128, .kv_blocks = 64});
+  std::vector<Response> want;
+  for (const Request& r : reqs) want.push_back(alone.run(r));
+  // A pool that holds about one large request: the scheduler must preempt.
+  for (bool cache : {true, false}) {
+    Engine& e = engine({.n_ctx = 128, .kv_blocks = 14, .batch_tokens = 32, .prefix_cache = cache});
+    std::vector<RequestHandle> handles;
+    for (const Request& r : reqs) handles.push_back(e.submit(r));
+    int preempted = 0;
+    for (size_t k = 0; k < reqs.size(); ++k) {
+      const Response& got = handles[k].wait();
+      EXPECT_TRUE(same_output(got, want[k])) << "request " << k << ", cache " << cache;
+      preempted += got.preemptions > 0 ? 1 : 0;
+    }
+    e.drain();
+    EXPECT_GT(e.stats().preemptions, 0) << "the test no longer preempts; shrink the pool";
+    EXPECT_GT(preempted, 0);
+  }
+}
+
+// ---- Prefix cache --------------------------------------------------------------------
+
+TEST_F(EngineTest, PrefixCacheHitsAreBitIdenticalToColdRuns) {
+  Engine& cold = engine({.n_ctx = 128, .kv_blocks = 64, .prefix_cache = false});
+  Engine& e = engine({.n_ctx = 128, .kv_blocks = 64});
+  const std::vector<TokenId> shared = prompt_of(40, 4);  // 2 full blocks + 8
+  std::vector<TokenId> a = shared, b = shared;
+  a.insert(a.end(), {10, 11, 12});
+  b.insert(b.end(), {20, 21, 22, 23, 24});
+  Request ra = request(a, 7, 12), rb = request(b, 8, 12);
+  rb.n = 3;
+  const Response first = e.run(ra);
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  const Response second = e.run(rb);
+  EXPECT_EQ(second.usage.cached_tokens, 32) << "two full blocks of the shared prefix";
+  EXPECT_TRUE(same_output(second, cold.run(rb)));
+  // The same prompt again: its own blocks, and generated blocks are cached too.
+  const Response again = e.run(ra);
+  EXPECT_EQ(again.usage.cached_tokens, 32);
+  EXPECT_TRUE(same_output(again, first));
+  // A prompt that is the first one plus what it generated continues from the cache.
+  std::vector<TokenId> cont = a;
+  cont.insert(cont.end(), first.samples[0].ids.begin(), first.samples[0].ids.end());
+  const Response c = e.run(request(cont, 9, 5));
+  EXPECT_EQ(c.usage.cached_tokens, 48);
+  EXPECT_TRUE(same_output(c, cold.run(request(cont, 9, 5))));
+  e.drain();
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.prefix_lookups, 4);
+  EXPECT_EQ(s.prefix_hit_blocks, 2 + 2 + 3);
+  EXPECT_EQ(s.prefix_hit_tokens, 16 * 7);
+  EXPECT_EQ(cold.stats().prefix_hit_blocks, 0);
+}
+
+TEST_F(EngineTest, TenantsNeverShareBlocks) {
+  Engine& e = engine();
+  Request r = request(prompt_of(50, 1), 3, 4);
+  r.tenant = "alice";
+  e.run(r);
+  EXPECT_EQ(e.run(r).usage.cached_tokens, 48);
+  r.tenant = "bob";
+  const Response bob = e.run(r);
+  EXPECT_EQ(bob.usage.cached_tokens, 0) << "bob was served alice's blocks";
+  r.tenant = "alice";
+  EXPECT_TRUE(same_output(bob, e.run(r))) << "the tenant never changes the output";
+}
+
+TEST_F(EngineTest, CachedBlocksAreEvictedLeastRecentlyUsedFirst) {
+  Engine& e = engine({.n_ctx = 128, .kv_blocks = 8});
+  const std::vector<TokenId> p1 = prompt_of(33, 1), p2 = prompt_of(33, 2), p3 = prompt_of(33, 3);
+  for (const auto* p : {&p1, &p2}) e.run(request(*p, 1, 1));  // 2 cached blocks each
+  e.run(request(p1, 1, 1));  // p1 used again: p2 is now the least recently used
+  EXPECT_EQ(e.stats().prefix_evictions, 0);
+  // Needs 3 + 3 blocks beyond the 8 - 4 cached ones' room: evicts.
+  const Response big = e.run(request(prompt_of(33, 4), 1, 60));
+  EXPECT_EQ(big.status, Response::Status::Ok);
+  e.drain();
+  EXPECT_GT(e.stats().prefix_evictions, 0);
+  EXPECT_EQ(e.run(request(p1, 1, 1)).usage.cached_tokens, 32) << "the recently used stays";
+  EXPECT_EQ(e.run(request(p2, 1, 1)).usage.cached_tokens, 0) << "the least recently used went";
+  (void)p3;
+}
+
+// ---- Cancellation, failure, shutdown -----------------------------------------------------
+
+TEST_F(EngineTest, CancelFromAnotherThreadMidPrefillAndMidDecodeFreesEverything) {
+  // One token per step: a 500-token prompt takes 500 steps.
+  Engine& e = engine({.n_ctx = 512, .kv_blocks = 128, .batch_tokens = 1});
+  RequestHandle a = e.submit(request(prompt_of(500, 2), 1, 4));
+  while (e.stats().tokens_evaluated < 5) std::this_thread::yield();  // prefill has begun
+  std::thread([&] { a.cancel(); }).join();
+  const Response& ra = a.wait();
+  EXPECT_EQ(ra.status, Response::Status::Cancelled);
+  EXPECT_EQ(ra.usage.generated_tokens, 0) << "cancelled after its prefill";
+  e.drain();
+  EXPECT_EQ(e.stats().kv_blocks_used, 0);
+  // Mid-decode: cancelled after its first streamed token.
+  Request long_gen = request(prompt_of(3, 2), 1, 400);
+  long_gen.stream = true;
+  RequestHandle b = e.submit(long_gen);
+  std::optional<Event> ev = b.next();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->kind, Event::Kind::Token);
+  std::thread([&] { b.cancel(); }).join();
+  const Response& rb = b.wait();
+  EXPECT_EQ(rb.status, Response::Status::Cancelled);
+  EXPECT_GT(rb.usage.generated_tokens, 0);
+  EXPECT_LT(rb.usage.generated_tokens, 400);
+  // Dropping a handle cancels too.
+  { RequestHandle dropped = e.submit(request(prompt_of(3, 3), 1, 400)); }
+  e.drain();
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.requests_cancelled, 3);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, NanLogitsFailTheRequestAndFreeItsBlocks) {
+  const auto bytes = test::with_vectors_set(test::synth_bytes("tiny", DType::F32), "output_norm",
+                                            std::numeric_limits<float>::quiet_NaN());
+  EngineOptions o;
+  o.kv_bytes = 64 * block_bytes_;
+  o.fingerprint_cache_dir = "/nonexistent";
+  engines_.push_back(Engine::open(
+      std::make_shared<const gguf::File>(gguf::File::from_bytes(bytes, "nan.gguf")), o));
+  const Response r = engines_.back()->run(request(prompt_of(20, 0), 1, 5));
+  EXPECT_EQ(r.status, Response::Status::Failed);
+  EXPECT_NE(r.error.find("NaN"), std::string::npos) << r.error;
+}
+
+TEST_F(EngineTest, DestroyingTheEngineCancelsWhatIsLeft) {
+  std::vector<RequestHandle> handles;
+  {
+    EngineOptions o;
+    o.kv_bytes = 64 * block_bytes_;
+    o.fingerprint_cache_dir = "/nonexistent";
+    std::unique_ptr<Engine> e = Engine::open(*file_, o);
+    for (int k = 0; k < 4; ++k) handles.push_back(e->submit(request(prompt_of(5, k), 1, 300)));
+  }
+  for (RequestHandle& h : handles) {
+    const Response::Status s = h.wait().status;
+    EXPECT_TRUE(s == Response::Status::Cancelled || s == Response::Status::Ok);
+  }
+}
+
+// ---- Resume --------------------------------------------------------------------------------
+
+TEST_F(EngineTest, ResumeContinuesExactlyAndRefusesEditedStates) {
+  Engine& e = engine();
+  Request r = request(prompt_of(10, 5), 21, 30);
+  r.n = 2;
+  r.stop = {"zz"};
+  const Response full = e.run(r);
+  Request first = r;
+  first.max_tokens = 12;
+  const Response a = e.run(first);
+  Request rest = r;
+  rest.prompt_ids = a.prompt_ids;
+  rest.max_tokens = 18;
+  rest.resume = a.states;
+  const Response b = e.run(rest);
+  for (size_t i = 0; i < 2; ++i) {
+    std::vector<TokenId> ids = a.samples[i].ids;
+    ids.insert(ids.end(), b.samples[i].ids.begin(), b.samples[i].ids.end());
+    EXPECT_EQ(ids, full.samples[i].ids) << "sample " << i;
+  }
+  rest.resume[1].sampler.t += 1;
+  EXPECT_THROW(e.submit(rest), InvalidArgument);
+  rest.resume = a.states;
+  rest.resume[0].ids[3] = 9999;
+  EXPECT_THROW(e.submit(rest), InvalidArgument);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "encore/error.h"
 
@@ -296,6 +297,122 @@ TEST(KvCache, ForkOfAForkAndReleaseInAnyOrder) {
   EXPECT_EQ(pool.refcount(c.blocks[0]), 1);
   c.release(pool);
   EXPECT_EQ(pool.n_free(), pool.n_blocks());
+}
+
+// ---- Prefix cache ------------------------------------------------------------
+
+std::vector<int32_t> block_tokens(int32_t first) {
+  std::vector<int32_t> t(16);
+  for (int i = 0; i < 16; ++i) t[static_cast<size_t>(i)] = first + i;
+  return t;
+}
+
+BlockKey key_for(const BlockHash& root, const BlockHash& parent, const std::vector<int32_t>& t) {
+  return BlockKey{block_hash(parent, t), parent, root};
+}
+
+TEST(KvPrefixCache, HashesDependOnEveryInput) {
+  const BlockHash r = prefix_root("fp_a", "tenant");
+  EXPECT_FALSE(r == prefix_root("fp_b", "tenant"));
+  EXPECT_FALSE(r == prefix_root("fp_a", "other"));
+  EXPECT_FALSE(prefix_root("ab", "c") == prefix_root("a", "bc"));
+  EXPECT_TRUE(r == prefix_root("fp_a", "tenant"));
+  const std::vector<int32_t> t = block_tokens(5);
+  std::vector<int32_t> u = t;
+  u[15] = 99;
+  EXPECT_FALSE(block_hash(r, t) == block_hash(r, u));
+  EXPECT_FALSE(block_hash(r, t) == block_hash(prefix_root("fp_a", "other"), t));
+  EXPECT_TRUE(block_hash(r, t) == block_hash(r, t));
+}
+
+TEST(KvPrefixCache, PublishedBlocksAreFoundVerifiedAndStayCachedWhenReleased) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 4 * l.block_bytes());
+  const BlockHash root = prefix_root("fp", "t");
+  const std::vector<int32_t> t0 = block_tokens(0), t1 = block_tokens(100);
+  const BlockKey k0 = key_for(root, root, t0), k1 = key_for(root, k0.hash, t1);
+  EXPECT_EQ(pool.lookup(k0, t0), -1);
+  const int32_t b0 = pool.allocate(), b1 = pool.allocate();
+  pool.publish(b0, k0, t0);
+  pool.publish(b1, k1, t1);
+  EXPECT_EQ(pool.n_cached(), 2);
+  // A hit is retained.
+  EXPECT_EQ(pool.lookup(k0, t0), b0);
+  EXPECT_EQ(pool.refcount(b0), 2);
+  pool.release(b0);
+  // Released to zero: cached and evictable, still counted as free.
+  pool.release(b0);
+  pool.release(b1);
+  EXPECT_EQ(pool.n_evictable(), 2);
+  EXPECT_EQ(pool.n_free(), 4);
+  EXPECT_EQ(pool.n_used(), 0);
+  // A hit brings an evictable block back.
+  EXPECT_EQ(pool.lookup(k1, t1), b1);
+  EXPECT_EQ(pool.refcount(b1), 1);
+  EXPECT_EQ(pool.n_evictable(), 1);
+  // Same hash, other tokens / parent / root: not a hit (a hash is not a proof).
+  std::vector<int32_t> wrong = t0;
+  wrong[3] = 7;
+  EXPECT_EQ(pool.lookup(k0, wrong), -1);
+  BlockKey other_root = k0;
+  other_root.root = prefix_root("fp", "u");
+  EXPECT_EQ(pool.lookup(other_root, t0), -1);
+  BlockKey other_parent = k0;
+  other_parent.parent = k1.hash;
+  EXPECT_EQ(pool.lookup(other_parent, t0), -1);
+  pool.release(b1);
+}
+
+TEST(KvPrefixCache, UnusedBlocksGoFirstThenLeastRecentlyReleased) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 3 * l.block_bytes());
+  const BlockHash root = prefix_root("fp", "t");
+  std::vector<int32_t> blocks;
+  std::vector<BlockKey> keys;
+  std::vector<std::vector<int32_t>> toks;
+  for (int i = 0; i < 3; ++i) {
+    toks.push_back(block_tokens(i * 16));
+    keys.push_back(key_for(root, i == 0 ? root : keys.back().hash, toks.back()));
+    blocks.push_back(pool.allocate());
+    pool.publish(blocks.back(), keys.back(), toks.back());
+  }
+  // Released in the order 2, 0, 1: evicted in that order.
+  for (int i : {2, 0, 1}) pool.release(blocks[static_cast<size_t>(i)]);
+  EXPECT_EQ(pool.n_unused(), 0);
+  EXPECT_EQ(pool.allocate(), blocks[2]);
+  EXPECT_EQ(pool.evictions(), 1);
+  EXPECT_EQ(pool.lookup(keys[2], toks[2]), -1) << "an evicted block is no longer found";
+  EXPECT_EQ(pool.lookup(keys[1], toks[1]), blocks[1]);  // now in use: not evictable
+  EXPECT_EQ(pool.allocate(), blocks[0]);
+  EXPECT_THROW(pool.allocate(), ResourceExhausted);
+  EXPECT_EQ(pool.n_cached(), 1);
+  // A block freed without an entry goes to the unused list and is taken first.
+  pool.release(blocks[0]);  // evicted earlier: no entry any more
+  pool.release(blocks[1]);  // cached
+  EXPECT_EQ(pool.n_unused(), 1);
+  EXPECT_EQ(pool.n_evictable(), 1);
+  EXPECT_EQ(pool.allocate(), blocks[0]);
+  EXPECT_EQ(pool.evictions(), 2);
+}
+
+TEST(KvPrefixCache, PublishIsIdempotentAndKeepsTheFirstBlockForAHash) {
+  const KvLayout l = small_layout();
+  KvBlockPool pool(l, 3 * l.block_bytes());
+  const BlockHash root = prefix_root("fp", "t");
+  const std::vector<int32_t> t = block_tokens(1);
+  const BlockKey k = key_for(root, root, t);
+  const int32_t a = pool.allocate(), b = pool.allocate();
+  pool.publish(a, k, t);
+  pool.publish(a, k, t);
+  pool.publish(b, k, t);  // same content computed twice: the first stays
+  EXPECT_EQ(pool.n_cached(), 1);
+  EXPECT_EQ(pool.lookup(k, t), a);
+  pool.release(a);
+  pool.release(a);
+  pool.release(b);
+  EXPECT_EQ(pool.n_unused(), 2);
+  EXPECT_EQ(pool.n_evictable(), 1);
+  EXPECT_THROW(pool.publish(b, k, t), std::logic_error) << "b is not allocated";
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 
 // A loaded model, its tokenizer and the prompts used on it.
 struct Lm {
-  std::unique_ptr<gguf::File> file;
+  std::shared_ptr<const gguf::File> file;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok;
   std::vector<TokenId> prompt;  // ~70+ tokens: chunk 64 splits it
@@ -76,7 +76,7 @@ std::vector<TokenId> encode_with_bos(const Tokenizer& tok, const std::string& te
 
 std::unique_ptr<Lm> make_lm(gguf::File file) {
   auto lm = std::make_unique<Lm>();
-  lm->file = std::make_unique<gguf::File>(std::move(file));
+  lm->file = std::make_shared<const gguf::File>(std::move(file));
   lm->model = Model::load(*lm->file);
   lm->tok = Tokenizer::create(vocab_from_gguf(*lm->file));
   lm->prompt = encode_with_bos(*lm->tok, kPromptText);
@@ -114,17 +114,34 @@ Isa other_isa() {
 }
 
 // A ForwardContext with its own thread pool and KV pool (room for
-// `seqs` sequences of the whole context).
-struct Engine {
+// `seqs` sequences of the whole context): the manual scheduler's.
+struct Forward {
   ThreadPool threads;
   KvBlockPool pool;
   ForwardContext ctx;
-  Engine(const Model& m, int n_threads, Isa isa, int n_ctx = kCtx, int seqs = 10,
-         DType kv = DType::F16)
+  Forward(const Model& m, int n_threads, Isa isa, int n_ctx = kCtx, int seqs = 10,
+          DType kv = DType::F16)
       : threads(n_threads),
         pool(kv_layout_for(m.hparams(), kv),
              kv_bytes_for_tokens(kv_layout_for(m.hparams(), kv), n_ctx) * seqs),
         ctx(m, pool, threads, n_ctx, isa) {}
+};
+
+// An Engine on the test's model with its own threads, kernels, KV pool
+// (room for `seqs` sequences of the whole context) and step size.
+struct Rig {
+  std::unique_ptr<Engine> engine;
+  Rig(const Lm& lm, int n_threads, Isa isa, int n_ctx = kCtx, int seqs = 10,
+      int32_t batch_tokens = 512) {
+    EngineOptions o;
+    o.threads = n_threads;
+    o.isa = isa;
+    o.n_ctx = n_ctx;
+    o.kv_bytes = kv_bytes_for_tokens(kv_layout_for(lm.model->hparams(), DType::F16), n_ctx) * seqs;
+    o.batch_tokens = batch_tokens;
+    o.fingerprint_cache_dir = "/nonexistent";  // never the user's cache
+    engine = Engine::open(lm.file, o);
+  }
 };
 
 std::vector<Isa> isas() {
@@ -135,22 +152,29 @@ std::vector<Isa> isas() {
   return v;
 }
 
-// generate() whose streamed text must equal each sample's text.
-GenerateResult run(const Lm& lm, Engine& e, const GenerateParams& p,
-                   const std::vector<SampleState>* resume = nullptr,
-                   const std::vector<TokenId>* prompt = nullptr) {
-  const int32_t free_before = e.pool.n_free();
-  std::vector<std::string> streamed(static_cast<size_t>(p.n_samples));
-  GenerateResult r = generate(
-      e.ctx, *lm.tok, prompt ? *prompt : lm.prompt, p,
-      [&](int i, TokenId, std::string_view text) { streamed.at(static_cast<size_t>(i)) += text; },
-      resume);
-  EXPECT_EQ(r.samples.size(), static_cast<size_t>(p.n_samples));
-  EXPECT_EQ(r.states.size(), static_cast<size_t>(p.n_samples));
+// The request through the engine: its streamed text must equal each
+// sample's text, and no KV block may stay in use afterwards.
+Response run(const Lm& lm, Rig& e, const Request& p,
+             const std::vector<SampleState>* resume = nullptr,
+             const std::vector<TokenId>* prompt = nullptr) {
+  Request q = p;
+  q.prompt_ids = prompt ? *prompt : lm.prompt;
+  if (resume) q.resume = *resume;
+  q.stream = true;
+  RequestHandle h = e.engine->submit(q);
+  std::vector<std::string> streamed(static_cast<size_t>(p.n));
+  while (std::optional<Event> ev = h.next()) {
+    if (ev->kind != Event::Kind::Done) streamed.at(static_cast<size_t>(ev->sample)) += ev->text;
+  }
+  Response r = h.wait();
+  EXPECT_EQ(r.status, Response::Status::Ok) << r.error;
+  EXPECT_EQ(r.samples.size(), static_cast<size_t>(p.n));
+  EXPECT_EQ(r.states.size(), static_cast<size_t>(p.n));
   for (size_t i = 0; i < r.samples.size(); ++i) {
     EXPECT_EQ(streamed[i], r.samples[i].text) << "sample " << i << ": streamed text";
   }
-  EXPECT_EQ(e.pool.n_free(), free_before) << "generate() kept KV blocks";
+  e.engine->drain();
+  EXPECT_EQ(e.engine->stats().kv_blocks_used, 0) << "the engine kept KV blocks";
   return r;
 }
 
@@ -206,7 +230,7 @@ std::string ids_str(const std::vector<TokenId>& ids) {
   return ::testing::AssertionSuccess();
 }
 
-void expect_same(const GenerateResult& a, const GenerateResult& b, const std::string& what) {
+void expect_same(const Response& a, const Response& b, const std::string& what) {
   ASSERT_EQ(a.samples.size(), b.samples.size()) << what;
   for (size_t i = 0; i < a.samples.size(); ++i) {
     EXPECT_TRUE(same_sample(a.samples[i], b.samples[i])) << what << ", sample " << i;
@@ -217,19 +241,19 @@ void expect_same(const GenerateResult& a, const GenerateResult& b, const std::st
 
 struct Combo {
   std::string name;
-  GenerateParams p;
+  Request p;
 };
 
-GenerateParams base_params() {
-  GenerateParams p;
-  p.n_predict = kN;
+Request base_params() {
+  Request p;
+  p.max_tokens = kN;
   p.seed = kSeed;
   p.logprobs = 3;
   return p;
 }
 
-GenerateParams pure(float temp) {
-  GenerateParams p = base_params();
+Request pure(float temp) {
+  Request p = base_params();
   p.sampling.temp = temp;
   p.sampling.top_k = 0;
   p.sampling.top_p = 1.0f;
@@ -260,7 +284,7 @@ std::string stop_spanning(const Lm& lm, const SampleResult& s, bool strip_leadin
 std::vector<Combo> combos(const Lm& lm) {
   std::vector<Combo> v;
   {
-    GenerateParams p = base_params();
+    Request p = base_params();
     p.sampling.temp = 0.7f;
     p.sampling.top_k = 40;
     p.sampling.top_p = 0.9f;
@@ -269,12 +293,12 @@ std::vector<Combo> combos(const Lm& lm) {
   }
   v.push_back({"t1.0 full distribution", pure(1.0f)});
   {
-    GenerateParams p = pure(1.0f);
+    Request p = pure(1.0f);
     p.sampling.typical_p = 0.9f;
     v.push_back({"t1.0 typical", p});
   }
   {
-    GenerateParams p = pure(0.7f);
+    Request p = pure(0.7f);
     p.sampling.top_p = 0.95f;
     p.sampling.repeat_penalty = 1.3f;
     p.sampling.repeat_last_n = 16;
@@ -284,10 +308,10 @@ std::vector<Combo> combos(const Lm& lm) {
   }
   {
     // The likeliest first token is banned; another gets +2.5.
-    Engine e(*lm.model, 2, detect_best_isa());
-    const GenerateResult r = run(lm, e, pure(1.0f));
+    Rig e(lm, 2, detect_best_isa());
+    const Response r = run(lm, e, pure(1.0f));
     const std::vector<TokenLogprob>& top = r.samples[0].logprobs.at(0).top;
-    GenerateParams p = pure(1.0f);
+    Request p = pure(1.0f);
     p.sampling.top_k = 50;
     p.sampling.min_p = 0.02f;
     p.sampling.repeat_penalty = 1.1f;
@@ -299,12 +323,12 @@ std::vector<Combo> combos(const Lm& lm) {
     v.push_back({"t1.0 logit bias, stage order", p});
   }
   {
-    GenerateParams p = base_params();
+    Request p = base_params();
     p.sampling.temp = 0.7f;
     p.sampling.top_k = 40;
     p.sampling.top_p = 0.95f;
-    Engine e(*lm.model, 2, detect_best_isa());
-    const GenerateResult r = run(lm, e, p);
+    Rig e(lm, 2, detect_best_isa());
+    const Response r = run(lm, e, p);
     p.stop = {stop_spanning(lm, r.samples[0], false), "\x01never"};
     v.push_back({"t0.7 stop strings", p});
   }
@@ -338,52 +362,56 @@ class Repro : public ::testing::TestWithParam<ModelCase> {
 };
 
 TEST_P(Repro, RepeatedRunsAndFreshContextsAgree) {
-  Engine e(model(), 2, detect_best_isa());
+  Rig e(lm(), 2, detect_best_isa());
   for (const Combo& c : *combos_) {
-    const GenerateResult a = run(lm(), e, c.p);
+    const Response a = run(lm(), e, c.p);
     ASSERT_FALSE(a.samples[0].ids.empty()) << c.name;
     expect_same(a, run(lm(), e, c.p), c.name + ": second run, same context");
     expect_same(a, run(lm(), e, c.p), c.name + ": third run, same context");
-    Engine fresh(model(), 2, detect_best_isa());
+    Rig fresh(lm(), 2, detect_best_isa());
     expect_same(a, run(lm(), fresh, c.p), c.name + ": fresh context and KV pool");
     // Another seed gives another output.
-    GenerateParams q = c.p;
-    q.seed = c.p.seed + 1;
+    Request q = c.p;
+    q.seed = *c.p.seed + 1;
     EXPECT_NE(run(lm(), e, q).samples[0].ids, a.samples[0].ids) << c.name << ": seed + 1";
   }
 }
 
 TEST_P(Repro, ThreadCountsDoNotMatter) {
-  Engine ref(model(), 2, detect_best_isa());
+  Rig ref(lm(), 2, detect_best_isa());
   for (const Combo& c : *combos_) {
-    const GenerateResult want = run(lm(), ref, c.p);
+    const Response want = run(lm(), ref, c.p);
     for (int t : {1, 2, 3}) {
-      Engine e(model(), t, detect_best_isa());
+      Rig e(lm(), t, detect_best_isa());
       expect_same(want, run(lm(), e, c.p), c.name + ": " + std::to_string(t) + " threads");
     }
   }
 }
 
 TEST_P(Repro, PrefillChunksDoNotMatter) {
-  Engine e(model(), 2, detect_best_isa());
+  Rig e(lm(), 2, detect_best_isa());
+  std::vector<std::unique_ptr<Rig>> chunked;
+  const std::vector<int> chunks = {1, 7, 64, static_cast<int>(lm().prompt.size())};
+  for (int chunk : chunks) {
+    chunked.push_back(std::make_unique<Rig>(lm(), 2, detect_best_isa(), kCtx, 10, chunk));
+  }
   for (const Combo& c : *combos_) {
-    const GenerateResult want = run(lm(), e, c.p);
-    for (int chunk : {1, 7, 64, static_cast<int>(lm().prompt.size())}) {
-      GenerateParams p = c.p;
-      p.prefill_chunk = chunk;
-      expect_same(want, run(lm(), e, p), c.name + ": prefill chunk " + std::to_string(chunk));
+    const Response want = run(lm(), e, c.p);
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      expect_same(want, run(lm(), *chunked[k], c.p),
+                  c.name + ": steps of " + std::to_string(chunks[k]) + " tokens");
     }
   }
 }
 
 TEST_P(Repro, IsasDoNotMatter) {
-  Engine ref(model(), 2, Isa::Scalar);
+  Rig ref(lm(), 2, Isa::Scalar);
   const std::vector<Isa> all = isas();
   for (const Combo& c : *combos_) {
-    const GenerateResult want = run(lm(), ref, c.p);
+    const Response want = run(lm(), ref, c.p);
     for (Isa isa : all) {
       if (isa == Isa::Scalar) continue;
-      Engine e(model(), 2, isa);
+      Rig e(lm(), 2, isa);
       expect_same(want, run(lm(), e, c.p), c.name + ": " + isa_name(isa) + " vs scalar");
     }
   }
@@ -391,15 +419,15 @@ TEST_P(Repro, IsasDoNotMatter) {
 }
 
 TEST_P(Repro, SamplesOfNEightEqualThoseOfNThree) {
-  Engine e(model(), 2, detect_best_isa());
+  Rig e(lm(), 2, detect_best_isa());
   for (const Combo& c : *combos_) {
-    GenerateParams p = c.p;
-    p.n_samples = 3;
-    const GenerateResult three = run(lm(), e, p);
-    p.n_samples = 8;
-    const GenerateResult eight = run(lm(), e, p);
-    p.n_samples = 1;
-    const GenerateResult one = run(lm(), e, p);
+    Request p = c.p;
+    p.n = 3;
+    const Response three = run(lm(), e, p);
+    p.n = 8;
+    const Response eight = run(lm(), e, p);
+    p.n = 1;
+    const Response one = run(lm(), e, p);
     for (size_t i = 0; i < 3; ++i) {
       EXPECT_TRUE(same_sample(three.samples[i], eight.samples[i]))
           << c.name << ": sample " << i << " of n=3 vs n=8";
@@ -418,7 +446,7 @@ TEST_P(Repro, SamplesOfNEightEqualThoseOfNThree) {
 // it, written out with Sampler and ForwardContext::step.
 struct Stream {
   const std::vector<TokenId>* prompt = nullptr;
-  GenerateParams p;
+  Request p;
   int sample = 0;
   int start_step = 0;   // joins the batch at this step
   int chunk = 1;        // prefill tokens per step
@@ -436,7 +464,7 @@ struct Stream {
 // Samples the next token of `s` from its logits, as generate() does.
 void advance(Stream& s, const Tokenizer& tok, const ForwardContext& ctx) {
   s.have_logits = false;
-  if (s.p.n_predict >= 0 && s.out.ids.size() >= static_cast<size_t>(s.p.n_predict)) {
+  if (s.p.max_tokens >= 0 && s.out.ids.size() >= static_cast<size_t>(s.p.max_tokens)) {
     s.done = true;
     s.out.finish = FinishReason::Length;
     return;
@@ -468,7 +496,8 @@ void drive(ForwardContext& ctx, const Tokenizer& tok, std::vector<Stream>& strea
   for (Stream& s : streams) {
     SamplingParams sp = s.p.sampling;
     if (sp.repeat_last_n < 0) sp.repeat_last_n = ctx.n_ctx();
-    s.sampler = std::make_unique<Sampler>(sp, s.p.seed, static_cast<uint32_t>(s.sample), ctx.isa());
+    s.sampler =
+        std::make_unique<Sampler>(sp, *s.p.seed, static_cast<uint32_t>(s.sample), ctx.isa());
     s.sampler->accept_prompt(*s.prompt);
     s.logits.assign(n_vocab, 0.0f);
   }
@@ -518,27 +547,27 @@ TEST_P(Repro, BatchCompositionDoesNotMatter) {
     if (!c.p.stop.empty()) continue;  // the driver has no stop strings
     // The request under test: 2 samples of the main prompt. Alone (generate(),
     // prompt prefilled once and forked) it is the reference.
-    GenerateParams main = c.p;
-    main.n_samples = 2;
-    Engine ref(model(), 2, detect_best_isa());
-    const GenerateResult want = run(lm(), ref, main);
+    Request main = c.p;
+    main.n = 2;
+    Rig ref(lm(), 2, detect_best_isa());
+    const Response want = run(lm(), ref, main);
     // Companions: other prompts, lengths, settings and seeds.
-    GenerateParams comp_a = pure(1.0f);
+    Request comp_a = pure(1.0f);
     comp_a.seed = 7;
-    comp_a.n_predict = 50;
-    GenerateParams comp_b = combos_->front().p;
+    comp_a.max_tokens = 50;
+    Request comp_b = combos_->front().p;
     comp_b.seed = 99;
-    comp_b.n_predict = 9;
-    GenerateParams comp_c = pure(0.7f);
+    comp_b.max_tokens = 9;
+    Request comp_c = pure(0.7f);
     comp_c.seed = 3;
-    comp_c.n_predict = 20;
+    comp_c.max_tokens = 20;
     comp_c.logprobs = 0;
 
     for (int variant = 0; variant < 2; ++variant) {
-      Engine e(model(), variant == 0 ? 3 : 1, variant == 0 ? detect_best_isa() : other_isa());
+      Forward e(model(), variant == 0 ? 3 : 1, variant == 0 ? detect_best_isa() : other_isa());
       std::vector<Stream> streams(6);
-      auto set = [&](Stream& s, const std::vector<TokenId>& prompt, const GenerateParams& p,
-                     int sample, int start, int chunk, int pause) {
+      auto set = [&](Stream& s, const std::vector<TokenId>& prompt, const Request& p, int sample,
+                     int start, int chunk, int pause) {
         s.prompt = &prompt;
         s.p = p;
         s.sample = sample;
@@ -570,13 +599,13 @@ TEST_P(Repro, BatchCompositionDoesNotMatter) {
       struct Companion {
         size_t stream;
         const std::vector<TokenId>* prompt;
-        GenerateParams p;
+        Request p;
       };
       for (const Companion& k : {Companion{2, &short_a, comp_a}, Companion{3, &short_b, comp_b},
                                  Companion{4, &long_c, comp_c}, Companion{5, &short_b, comp_b}}) {
-        GenerateParams p = k.p;
-        p.n_samples = streams[k.stream].sample + 1;
-        const GenerateResult alone = run(lm(), ref, p, nullptr, k.prompt);
+        Request p = k.p;
+        p.n = streams[k.stream].sample + 1;
+        const Response alone = run(lm(), ref, p, nullptr, k.prompt);
         const SampleResult& w = alone.samples.back();
         const SampleResult& g = streams[k.stream].out;
         EXPECT_EQ(g.ids, w.ids) << what << ": companion stream " << k.stream;
@@ -620,14 +649,15 @@ void expect_same_state(const SampleState& a, const SampleState& b, const std::st
 }
 
 TEST_P(Repro, ResumeEqualsUninterrupted) {
-  Engine e(model(), 2, detect_best_isa());
+  Rig e(lm(), 2, detect_best_isa());
   // The continuation runs on another schedule: another ISA, 1 thread, chunk 7.
-  Engine other(model(), 1, other_isa());
+  Rig other(lm(), 1, other_isa(), kCtx, 10, 7);
+  Rig e7(lm(), 2, detect_best_isa(), kCtx, 10, 7);
   int paused_inside_stop = 0;
   for (const Combo& c : *combos_) {
-    GenerateParams p = c.p;
-    p.n_samples = 2;
-    const GenerateResult full = run(lm(), e, p);
+    Request p = c.p;
+    p.n = 2;
+    const Response full = run(lm(), e, p);
     std::set<int32_t> ks = {0, 1, 5, kN - 1, kN};
     for (const SampleResult& s : full.samples) {
       const auto m = static_cast<int32_t>(s.ids.size());
@@ -641,13 +671,12 @@ TEST_P(Repro, ResumeEqualsUninterrupted) {
     }
     for (int32_t k : ks) {
       const std::string what = c.name + ", pause after " + std::to_string(k);
-      GenerateParams first = p;
-      first.n_predict = k;
-      const GenerateResult a = run(lm(), e, first);
-      GenerateParams rest = p;
-      rest.n_predict = kN - k;
-      rest.prefill_chunk = 7;
-      const GenerateResult b = run(lm(), k % 2 ? other : e, rest, &a.states);
+      Request first = p;
+      first.max_tokens = k;
+      const Response a = run(lm(), e, first);
+      Request rest = p;
+      rest.max_tokens = kN - k;
+      const Response b = run(lm(), k % 2 ? other : e7, rest, &a.states);
       for (size_t i = 0; i < 2; ++i) {
         const std::string w = what + ", sample " + std::to_string(i);
         std::vector<TokenId> ids = a.samples[i].ids;
@@ -671,18 +700,18 @@ TEST_P(Repro, ResumeEqualsUninterrupted) {
 }
 
 TEST_P(Repro, ResumeInSeveralPausesEqualsUninterrupted) {
-  Engine e(model(), 2, detect_best_isa());
+  Rig e(lm(), 2, detect_best_isa());
   for (const Combo& c : *combos_) {
-    GenerateParams p = c.p;
-    p.n_samples = 2;
-    const GenerateResult full = run(lm(), e, p);
+    Request p = c.p;
+    p.n = 2;
+    const Response full = run(lm(), e, p);
     std::vector<SampleResult> acc(2);
     std::vector<SampleState> states;
     int done = 0;
     for (int32_t part : {3, 0, 8, 1, kN - 12}) {
-      GenerateParams q = p;
-      q.n_predict = part;
-      const GenerateResult r = run(lm(), e, q, states.empty() ? nullptr : &states);
+      Request q = p;
+      q.max_tokens = part;
+      const Response r = run(lm(), e, q, states.empty() ? nullptr : &states);
       for (size_t i = 0; i < 2; ++i) {
         acc[i].ids.insert(acc[i].ids.end(), r.samples[i].ids.begin(), r.samples[i].ids.end());
         acc[i].logprobs.insert(acc[i].logprobs.end(), r.samples[i].logprobs.begin(),
@@ -702,8 +731,8 @@ TEST_P(Repro, ResumeInSeveralPausesEqualsUninterrupted) {
 }
 
 TEST_P(Repro, SeedsGiveDistinctOutputs) {
-  Engine e(model(), 2, detect_best_isa());
-  GenerateParams p = pure(1.0f);
+  Rig e(lm(), 2, detect_best_isa());
+  Request p = pure(1.0f);
   std::set<std::vector<TokenId>> seen;
   std::map<uint64_t, std::vector<TokenId>> by_seed;
   // Seeds that differ in one low bit, one high bit (the key's second word),
@@ -741,8 +770,8 @@ INSTANTIATE_TEST_SUITE_P(Models, Repro, ::testing::ValuesIn(model_cases()),
 TEST(ReproDiversity, HundredSeedsGiveManyDistinctCompletions) {
   ENCORE_SHARED_FILE(path, "models/stories260K.gguf");
   const Lm& lm = *stories_lm(path);
-  Engine e(*lm.model, 2, detect_best_isa());
-  GenerateParams p = pure(1.0f);
+  Rig e(lm, 2, detect_best_isa());
+  Request p = pure(1.0f);
   p.logprobs = -1;
   const std::vector<TokenId> prompt = encode_with_bos(*lm.tok, "Once upon a time");
   std::set<std::vector<TokenId>> distinct;
@@ -750,7 +779,7 @@ TEST(ReproDiversity, HundredSeedsGiveManyDistinctCompletions) {
   size_t total_tokens = 0;
   for (uint64_t seed = 0; seed < 100; ++seed) {
     p.seed = seed;
-    const GenerateResult r = run(lm, e, p, nullptr, &prompt);
+    const Response r = run(lm, e, p, nullptr, &prompt);
     distinct.insert(r.samples[0].ids);
     total_tokens += r.samples[0].ids.size();
     if (seed == 7) seed7 = r.samples[0].ids;
@@ -770,23 +799,23 @@ TEST(ReproDiversity, HundredSeedsGiveManyDistinctCompletions) {
 TEST(ReproResume, ContextFullAcrossAPause) {
   const Lm& lm = *synth_lm("tiny", DType::Q8_0);
   constexpr int kSmallCtx = 40;
-  Engine e(*lm.model, 2, detect_best_isa(), kSmallCtx);
+  Rig e(lm, 2, detect_best_isa(), kSmallCtx);
   const std::vector<TokenId> prompt(lm.prompt.begin(), lm.prompt.begin() + 20);
-  GenerateParams p = pure(1.0f);
-  p.n_predict = -1;
-  p.n_samples = 2;
-  const GenerateResult full = run(lm, e, p, nullptr, &prompt);
+  Request p = pure(1.0f);
+  p.max_tokens = -1;
+  p.n = 2;
+  const Response full = run(lm, e, p, nullptr, &prompt);
   for (const SampleResult& s : full.samples) {
     ASSERT_EQ(s.finish, FinishReason::Context);
     ASSERT_EQ(s.ids.size(), static_cast<size_t>(kSmallCtx - 20 + 1));
   }
   const int32_t n_full = static_cast<int32_t>(full.samples[0].ids.size());
   for (int32_t k : {0, 5, n_full - 1, n_full}) {
-    GenerateParams first = p;
-    first.n_predict = k;
-    const GenerateResult a = run(lm, e, first, nullptr, &prompt);
-    GenerateParams rest = p;  // -1: until the context is full
-    const GenerateResult b = run(lm, e, rest, &a.states, &prompt);
+    Request first = p;
+    first.max_tokens = k;
+    const Response a = run(lm, e, first, nullptr, &prompt);
+    Request rest = p;  // -1: until the context is full
+    const Response b = run(lm, e, rest, &a.states, &prompt);
     for (size_t i = 0; i < 2; ++i) {
       std::vector<TokenId> ids = a.samples[i].ids;
       ids.insert(ids.end(), b.samples[i].ids.begin(), b.samples[i].ids.end());

@@ -1,118 +1,183 @@
-// The generation loop: prompt ids in, n samples of generated ids out.
+// The front door: one Engine per model, shared by every front end.
 //
-// Reproducibility contract (docs/reproducibility.md): sample i of a request
-// is a pure function of the model, the numerics settings (system
-// fingerprint), the prompt ids, the sampling params, the stop strings, the
-// context size and (seed, i). It does not depend on n, the thread count, the ISA, the prefill
-// chunk size, other sequences in the same step, or on whether the
-// generation was interrupted and resumed from a GenerationState.
+// An Engine opens a model once (weights, tokenizer, content fingerprint, KV
+// block pool, thread pool, kernels) and serves Requests (request.h) from any
+// thread. A scheduler thread runs iteration-level continuous batching: each
+// forward step takes one decode token of every running sample plus prefill
+// chunks of waiting requests, up to a token budget; requests are admitted
+// first come, first served (by priority) while KV blocks last, and when
+// blocks run out the newest request is preempted (its KV freed; it is
+// recomputed later). Full KV blocks are content-addressed (a hash chain over
+// the token ids, salted by the system fingerprint and the tenant) and shared
+// between requests with the same prefix; blocks nobody uses stay cached until
+// the pool needs them (least recently used first).
 //
-// Ownership: generate() borrows the ForwardContext (and through it the model
-// and the KV pool) and the tokenizer; it owns one KvSequence per sample and
-// returns their blocks to the pool however it exits. Not thread-safe: one
-// call per ForwardContext at a time.
-// Cost: one forward pass over the prompt (shared by all samples), then one
-// batched step per generated position for all unfinished samples.
+// None of this changes a bit of output (request.h, docs/invariance.md): a
+// request's ids and logprobs are the same alone or in a crowd, preempted or
+// not, from the prefix cache or computed cold.
+//
+// Ownership: the Engine owns everything it opened and its scheduler thread;
+// the destructor cancels what is still running and joins the thread. A
+// RequestHandle shares one request's state with the engine; dropping it
+// cancels the request.
+// Thread-safety: every public method may be called from any thread.
+// Cost: submit() tokenizes and validates on the caller's thread (O(prompt));
+// the work happens on the scheduler thread and its thread pool.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
-#include <vector>
 
-#include "encore/kv_cache.h"
-#include "encore/model.h"
-#include "encore/sampler.h"
-#include "encore/tokenizer.h"
+#include "encore/dtype.h"
+#include "encore/isa.h"
+#include "encore/request.h"
 
 namespace encore {
 
-enum class FinishReason {
-  Eog,      // the model produced an end-of-generation token (EOS, EOT ...)
-  Length,   // n_predict tokens were generated
-  Context,  // the context window is full
-  Stop,     // a stop string appeared in the text
-};
-// "eog", "length", "context", "stop"; from_name throws InvalidArgument.
-const char* finish_reason_name(FinishReason r);
-FinishReason finish_reason_from_name(std::string_view name);
+namespace gguf {
+class File;
+}
 
-// The most stop strings, and the longest, a request may give (bounds the
-// held-back text).
-inline constexpr size_t kMaxStopStrings = 16;
-inline constexpr size_t kMaxStopBytes = 256;
-// The most alternatives per token --logprobs may ask for.
-inline constexpr int kMaxTopLogprobs = 20;
-// The most samples per request.
-inline constexpr int kMaxSamples = 64;
+struct EngineOptions {
+  std::string model_path;
+  bool mmap = false;           // map the weights instead of reading them into memory
+  int threads = 0;             // 0: every core
+  int32_t n_ctx = 0;           // positions per sequence; 0: the model's, at most 4096
+  DType kv_type = DType::F16;  // F16 or F32: part of the numerics (system fingerprint)
+  // KV cache budget in bytes; 0: kv_ram_fraction of the memory available
+  // after loading (MemAvailable). Only address space until blocks are used.
+  uint64_t kv_bytes = 0;
+  double kv_ram_fraction = 0.8;
+  int32_t batch_tokens = 512;  // tokens per forward step (decodes + prefill chunks)
+  std::optional<Isa> isa;      // default: ENCORE_ISA, else the best the CPU has
+  bool prefix_cache = true;
+  std::string fingerprint_cache_dir;  // "" = fingerprint_cache_dir() (fingerprint.h)
 
-struct GenerateParams {
-  int32_t n_predict = -1;   // per sample and per call; -1: until EOG, a stop string or n_ctx
-  SamplingParams sampling;  // repeat_last_n -1 = the context size
-  uint64_t seed = 0;        // key of the RNG streams (rng.h); sample i uses stream i
-  int32_t n_samples = 1;    // sample i draws from stream i whatever n is
-  // -1: no logprobs; 0: the chosen token's; N: also the N most likely tokens.
-  int32_t logprobs = -1;
-  std::vector<std::string> stop;  // matched in the text across token boundaries
-  // The prompt is run in steps of at most this many tokens (chunked
-  // prefill; llama.cpp's -b). Changes speed and peak memory only.
-  int32_t prefill_chunk = 512;
-  // Drop the SPM dummy-prefix space of the first generated piece (the
-  // prompt was BOS only), as llama.cpp renders it.
-  bool strip_leading_space = false;
-
-  // Throws InvalidArgument naming the field (sampling, stop strings, counts).
-  void validate(int n_vocab) const;
+  // Throws InvalidArgument naming the option.
+  void validate() const;
 };
 
-// Everything needed to continue one sample exactly where it stopped: plain
-// data, saved and restored by the caller (the CLI writes it as JSON).
-struct SampleState {
-  std::vector<TokenId> ids;  // generated so far (EOG excluded)
-  SamplerState sampler;      // RNG counter and penalty window
-  std::string held_text;     // decoded text held back: it may begin a stop string
-  size_t held_shown = 0;     // bytes at its start already returned (a call that ended at -n
-                             // shows all its text; they are not returned again)
-  StreamDecoder::State decoder;
-  std::optional<FinishReason> finished;  // eog, stop or context: nothing more to do
+// What the engine opened; fixed for its lifetime.
+struct EngineInfo {
+  std::string model_path;
+  std::string arch;
+  int n_vocab = 0;
+  int32_t n_ctx = 0;
+  int32_t n_ctx_train = 0;
+  bool synthetic = false;  // made by `encore synth`: random weights
+  bool mmap = false;
+  int threads = 0;
+  Isa isa = Isa::Scalar;
+  DType kv_type = DType::F16;
+  int32_t kv_blocks = 0;
+  int32_t kv_block_tokens = 0;
+  uint64_t kv_block_bytes = 0;
+  int32_t batch_tokens = 0;
+  bool prefix_cache = true;
+  std::string model_fingerprint;
+  bool model_fingerprint_cached = false;  // read from the fingerprint cache
+  std::string system_fingerprint;
+  double load_seconds = 0;
 };
 
-struct SampleResult {
-  std::vector<TokenId> ids;            // generated in this call (EOG excluded; the ids of a stop
-                                       // string are kept, its text is not)
-  std::vector<LogprobEntry> logprobs;  // [ids.size()] when params.logprobs >= 0
-  std::string text;                    // text of these ids, stop string and after cut
-  FinishReason finish = FinishReason::Length;
+// Counters since the engine started, and the pool's state now.
+struct EngineStats {
+  int64_t requests_submitted = 0;
+  int64_t requests_finished = 0;  // Ok
+  int64_t requests_cancelled = 0;
+  int64_t requests_failed = 0;
+  int64_t requests_running = 0;  // admitted (holding KV or being prefilled)
+  int64_t requests_waiting = 0;  // queued, preempted ones included
+  int64_t steps = 0;             // forward steps
+  int64_t tokens_evaluated = 0;  // tokens through the forward pass
+  int64_t tokens_generated = 0;  // sampled tokens
+  int64_t preemptions = 0;
+  int64_t seeds_drawn = 0;
+  // Prefix cache: prompt walks, full blocks found, their tokens, cached blocks
+  // taken back by the pool for other use.
+  int64_t prefix_lookups = 0;
+  int64_t prefix_hit_blocks = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t prefix_evictions = 0;
+  // KV blocks now: referenced by a sequence, cached with no user (evictable),
+  // never used or freed without content worth keeping.
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_cached = 0;
+  int32_t kv_blocks_free = 0;
 };
 
-struct GenerateResult {
-  std::vector<SampleResult> samples;  // [n_samples]
-  std::vector<SampleState> states;    // [n_samples] after this call: resume from here
-  double prompt_seconds = 0.0;
-  double generate_seconds = 0.0;
+class Engine;
+struct RequestShared;  // src/engine/job.h
+
+// One submitted request. Move-only; dropping it cancels the request.
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  explicit RequestHandle(std::shared_ptr<RequestShared> shared);
+  RequestHandle(RequestHandle&&) noexcept;
+  RequestHandle& operator=(RequestHandle&&) noexcept;
+  ~RequestHandle();
+
+  // Blocks until the request is over; its Response (also after events were
+  // taken with next()).
+  const Response& wait();
+  // Streaming (Request::stream): the next event, blocking; nullopt after
+  // Done has been taken. With a timeout: nullopt also when none came in time.
+  std::optional<Event> next();
+  std::optional<Event> next_for(std::chrono::milliseconds timeout);
+  // Asks the engine to stop the request and free its KV (within one step);
+  // it ends with Status::Cancelled. No effect once it is over.
+  void cancel();
+  bool done() const;
+
+ private:
+  std::shared_ptr<RequestShared> shared_;
 };
 
-// Called with each sample's text as soon as it is safe to show (never
-// inside a possible stop string); `id` is the token that produced it.
-using TextCallback = std::function<void(int sample, TokenId id, std::string_view text)>;
+class Engine {
+ public:
+  // Opens options.model_path. Throws GgufError / ModelError for a bad file,
+  // InvalidArgument for bad options, ResourceExhausted when the KV pool cannot
+  // be allocated.
+  static std::unique_ptr<Engine> open(const EngineOptions& options);
+  // The same over a File already open (tests, in-memory models); shared with
+  // the caller.
+  static std::unique_ptr<Engine> open(std::shared_ptr<const gguf::File> file,
+                                      const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
-// Runs prompt_ids (non-empty: at least BOS) then generates params.n_samples
-// samples. With `resume` (one SampleState per sample, from an earlier call
-// with the same prompt and params), each sample's KV is recomputed over
-// prompt + its ids and generation continues from its state.
-// Throws InvalidArgument when the prompt alone does not fit the context, the
-// tokenizer's vocabulary differs from the model's or the params/resume state
-// are invalid, ResourceExhausted when the KV pool cannot hold the samples,
-// and ModelError when every logit of a step is NaN (a broken model file).
-GenerateResult generate(ForwardContext& ctx, const Tokenizer& tokenizer,
-                        const std::vector<TokenId>& prompt_ids, const GenerateParams& params,
-                        const TextCallback& on_text,
-                        const std::vector<SampleState>* resume = nullptr);
+  // Validates `request` (every field; the prompt must fit the context; the
+  // request must fit the KV pool on its own, n samples to max_tokens or the
+  // context each) and queues it. Throws InvalidArgument naming the field, or
+  // ResourceExhausted when it could never fit the KV budget.
+  RequestHandle submit(Request request);
+  // submit() and wait().
+  Response run(Request request);
 
-// XXH3-64 of the ids as little-endian int32, 16 hex digits: compares two
-// outputs at a glance.
-std::string output_hash(const std::vector<TokenId>& ids);
+  // Blocks until no request is queued or running (and stats() says so).
+  void drain();
+
+  const EngineInfo& info() const;
+  // Counters and the pool's state as of the scheduler's last step.
+  EngineStats stats() const;
+  // The text of one token as logprob listings show it (special tokens
+  // rendered); "" for an id outside the vocabulary.
+  std::string token_text(TokenId id) const;
+  // The tokenizer's ids for `text` (no BOS, special tokens as text).
+  std::vector<TokenId> tokenize(std::string_view text) const;
+
+  struct Impl;  // src/engine/engine_impl.h
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace encore

@@ -14,6 +14,16 @@
 // tokens give different logits under F32 and F16 KV, identical ones under
 // either setting every time.
 //
+// Prefix cache: a full block (all block_tokens positions written) can be
+// published under a content key, the hash chain value of its tokens and of
+// everything before them (BlockKey). A later sequence with the same prefix
+// looks the key up and shares the block instead of recomputing it. A hit is
+// verified, not trusted: the entry's tokens, parent hash and root (system
+// fingerprint and tenant) must equal the asker's. When the last reference to
+// a published block goes, the block stays cached (evictable); allocate()
+// takes never-used and freed blocks first and evicts cached ones only when
+// there are none, least recently released first.
+//
 // Ownership: a KvBlockPool owns one allocation of n_blocks() blocks, made once
 // in the constructor (pages are touched only when blocks are first written).
 // KvSequence only holds block ids; it must be release()d into the pool that
@@ -26,7 +36,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <span>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "encore/dtype.h"
@@ -50,6 +64,29 @@ struct KvLayout {
 // (n_tokens rounded up to whole blocks). Use it to size a pool for a context size.
 uint64_t kv_bytes_for_tokens(const KvLayout& layout, int64_t n_tokens);
 
+// A 128-bit content hash (XXH3-128).
+struct BlockHash {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  bool operator==(const BlockHash&) const = default;
+};
+
+// The root of a hash chain: XXH3-128 of the system fingerprint (model, build,
+// KV type and other numerics) and the tenant. Requests of different tenants
+// or numerics never meet in the cache.
+BlockHash prefix_root(std::string_view system_fingerprint, std::string_view tenant);
+// The hash of a full block: XXH3-128 of the parent's hash (the root for the
+// first block) and the block's token ids as little-endian int32.
+BlockHash block_hash(const BlockHash& parent, std::span<const int32_t> tokens);
+
+// What a cached block is found by and verified against.
+struct BlockKey {
+  BlockHash hash;    // block_hash(parent, tokens)
+  BlockHash parent;  // the previous block's hash, or root
+  BlockHash root;    // prefix_root(...)
+  bool operator==(const BlockKey&) const = default;
+};
+
 class KvBlockPool {
  public:
   // Sizes the pool to floor(budget_bytes / layout.block_bytes()) blocks
@@ -63,16 +100,41 @@ class KvBlockPool {
 
   const KvLayout& layout() const { return layout_; }
   int32_t n_blocks() const { return n_blocks_; }
-  int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
+  // Blocks allocate() can hand out: unused ones plus evictable cached ones.
+  int32_t n_free() const { return static_cast<int32_t>(free_.size() + lru_.size()); }
+  // Blocks with no reference and no cached content.
+  int32_t n_unused() const { return static_cast<int32_t>(free_.size()); }
+  // Published blocks nobody references (evictable).
+  int32_t n_evictable() const { return static_cast<int32_t>(lru_.size()); }
+  // Blocks referenced by at least one sequence.
+  int32_t n_used() const { return n_blocks_ - n_free(); }
+  // Published blocks, referenced or not.
+  int32_t n_cached() const { return static_cast<int32_t>(entries_.size()); }
+  // Cached blocks allocate() has taken back so far.
+  int64_t evictions() const { return evictions_; }
 
-  // Takes a free block (refcount becomes 1). Freed blocks are reused most
-  // recently freed first; a fresh pool hands out 0, 1, 2, ... Contents are
-  // unspecified. Throws ResourceExhausted when no block is free.
+  // Takes a block (refcount becomes 1): an unused one if there is one (freed
+  // blocks are reused most recently freed first; a fresh pool hands out 0, 1,
+  // 2, ...), else the least recently released cached block, whose entry is
+  // dropped. Contents are unspecified. Throws ResourceExhausted when every
+  // block is referenced.
   int32_t allocate();
   // Adds a reference to an allocated block (prefix sharing).
   void retain(int32_t block);
-  // Drops a reference; at 0 the block goes back to the free list.
+  // Drops a reference; at 0 the block goes back to the free list, or, if it
+  // is published, stays cached (evictable).
   void release(int32_t block);
+
+  // Publishes `block` (referenced; all its positions written and never to be
+  // written again) as holding `tokens` ([block_tokens]) after the prefix
+  // key.parent. Does nothing if the block is already published or another
+  // block holds key.hash. Cost: two hash-map inserts.
+  void publish(int32_t block, const BlockKey& key, std::span<const int32_t> tokens);
+  // The cached block with key.hash whose tokens, parent and root equal the
+  // asker's (a hash is not a proof), retained (an evictable block comes back
+  // into use); -1 when there is none. Cost: one hash-map lookup and a
+  // block_tokens compare.
+  int32_t lookup(const BlockKey& key, std::span<const int32_t> tokens);
   // Current reference count (0 = free).
   int32_t refcount(int32_t block) const;
   // Copies the whole contents of block `from` into block `to` (both
@@ -104,6 +166,20 @@ class KvBlockPool {
   std::unique_ptr<uint8_t[], AlignedFree> data_;  // [n_blocks, block_bytes]
   std::vector<int32_t> refcounts_;                // [n_blocks]
   std::vector<int32_t> free_;                     // stack of free ids, top = back()
+
+  // Prefix cache. Only published blocks have an entry.
+  struct BlockHashFn {
+    size_t operator()(const BlockHash& h) const { return static_cast<size_t>(h.lo ^ h.hi); }
+  };
+  struct Entry {
+    BlockKey key;
+    std::vector<int32_t> tokens;       // [block_tokens]
+    std::list<int32_t>::iterator lru;  // into lru_ while evictable, else lru_.end()
+  };
+  std::unordered_map<int32_t, Entry> entries_;                   // block id -> entry
+  std::unordered_map<BlockHash, int32_t, BlockHashFn> by_hash_;  // key.hash -> block id
+  std::list<int32_t> lru_;  // evictable published blocks, least recently released first
+  int64_t evictions_ = 0;
 };
 
 // One sequence's block table: position p lives in blocks[p / block_tokens]

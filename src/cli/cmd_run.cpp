@@ -1,12 +1,9 @@
-// `encore run`: generate text from a GGUF model, llama.cpp's flag names.
+// `encore run`: generate text from a GGUF model, llama.cpp's flag names. A
+// client of the engine like any other: the flags become one Request.
 #include <fmt/format.h>
-#include <sys/random.h>
 
-#include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -15,18 +12,10 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "cli/run_state.h"
-#include "encore/chat_template.h"
+#include "cli/result_json.h"
 #include "encore/engine.h"
 #include "encore/error.h"
-#include "encore/fingerprint.h"
-#include "encore/gguf.h"
-#include "encore/isa.h"
-#include "encore/kv_cache.h"
-#include "encore/model.h"
-#include "encore/sampler.h"
-#include "encore/thread_pool.h"
-#include "encore/tokenizer.h"
+#include "encore/run_state.h"
 
 namespace encore::cli {
 namespace {
@@ -47,9 +36,10 @@ struct RunArgs {
   std::string chat_template;          // family name overriding the model's template (implies chat)
   bool special = false;               // parse special-token text in a plain prompt
   std::string kv_type = "f16";        // KV cache element type: f16 | f32
-  int32_t batch_size = 512;           // prefill chunk (tokens per step)
+  int32_t batch_size = 512;           // tokens per forward step (prefill chunk)
   std::string isa;                    // kernels: scalar | avx2 | avx512 (default: best)
   SamplingParams sampling;            // --temp, --top-k ... (temp lives here)
+  bool ignore_eos = false;            // EOG tokens are generated like any other
   std::vector<std::string> logit_bias;  // ID(+/-)BIAS
   std::string samplers;                 // stage order, e.g. "penalties;top_k;temperature"
   std::vector<std::string> stop;
@@ -59,9 +49,9 @@ struct RunArgs {
   std::string resume;
 };
 
-constexpr int32_t kDefaultMaxCtx = 4096;
 // Larger contexts than any GGUF model in use; bounds the scratch buffers.
 constexpr int32_t kMaxCtx = 1 << 20;
+constexpr int kMaxThreads = 4096;  // ThreadPool's limit
 
 std::string read_prompt_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -69,75 +59,6 @@ std::string read_prompt_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// A seed nobody chose: drawn from the OS entropy source (getrandom(2), not
-// std::random_device, whose source is implementation-defined) and reported
-// back, so that the output can be reproduced later with --seed.
-uint64_t entropy_seed() {
-  uint64_t seed = 0;
-  auto* p = reinterpret_cast<unsigned char*>(&seed);
-  size_t got = 0;
-  while (got < sizeof seed) {
-    const ssize_t r = getrandom(p + got, sizeof seed - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      throw InvalidArgument(
-          fmt::format("cannot draw a random seed from the OS (getrandom: {}): pass --seed N",
-                      std::strerror(errno)));
-    }
-    got += static_cast<size_t>(r);
-  }
-  return seed;
-}
-
-double per_second(size_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
-
-// The chat family to use: --chat-template NAME, else the one recognised in
-// the model's tokenizer.chat_template. `source` says which, for the log.
-ChatTemplate pick_chat_template(const RunArgs& a, const gguf::File& file, std::string* source) {
-  if (!a.chat_template.empty()) {
-    *source = "--chat-template";
-    return chat_template_from_name(a.chat_template);
-  }
-  const std::optional<std::string> tmpl = file.opt_string("tokenizer.chat_template");
-  if (!tmpl) {
-    throw InvalidArgument(
-        fmt::format("{} has no tokenizer.chat_template: pass --chat-template NAME (one of: {})",
-                    a.model, chat_template_names()));
-  }
-  *source = "tokenizer.chat_template";
-  try {
-    return detect_chat_template(*tmpl);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(fmt::format("{}: tokenizer.chat_template: {}", a.model, e.what()));
-  }
-}
-
-// Token ids of the prompt text: BOS/EOS as the model's metadata asks
-// (add_bos_token / add_eos_token), as llama.cpp tokenizes prompts. An empty
-// prompt means BOS only (whatever add_bos says).
-std::vector<TokenId> encode_prompt(const Tokenizer& tok, const std::string& text,
-                                   bool parse_special, const std::string& model) {
-  Tokenizer::EncodeOptions enc;
-  enc.add_bos = tok.vocab().add_bos;
-  enc.add_eos = tok.vocab().add_eos;
-  enc.parse_special = parse_special;
-  std::vector<TokenId> ids = tok.encode(text, enc);
-  const TokenId bos = tok.vocab().bos;
-  if (enc.add_bos && ids.size() >= 2 && ids[0] == bos && ids[1] == bos) {
-    // The text began with the BOS token's own text (--special): one BOS only.
-    ids.erase(ids.begin());
-    fmt::print(stderr, "note: the prompt starts with the BOS text; not adding a second BOS\n");
-  }
-  if (ids.empty() || (text.empty() && ids.front() != bos)) {
-    if (bos < 0) {
-      throw ModelError(
-          fmt::format("{}: the prompt is empty and the vocabulary has no BOS token", model));
-    }
-    ids.insert(ids.begin(), bos);
-  }
-  return ids;
 }
 
 // "15043+1", "15043-0.5", "15043-inf": llama.cpp's --logit-bias format.
@@ -168,42 +89,60 @@ std::pair<TokenId, float> parse_logit_bias(const std::string& text) {
   return {id, static_cast<float>(text[sign] == '-' ? -bias : bias)};
 }
 
-// The request's settings from the flags (with --resume they come from the
-// file instead). The seed is resolved here, once: --seed, else one drawn from
-// the OS; every later use (sampler, --json, --save-state, stderr) reads p.seed.
-GenerateParams request_params(const RunArgs& a, int32_t n_ctx) {
-  GenerateParams p;
-  p.seed = a.seed ? *a.seed : entropy_seed();
-  p.sampling = a.sampling;
-  for (const std::string& b : a.logit_bias) p.sampling.logit_bias.push_back(parse_logit_bias(b));
-  if (!a.samplers.empty()) p.sampling.order = parse_sampler_order(a.samplers);
-  if (p.sampling.repeat_last_n < 0) p.sampling.repeat_last_n = n_ctx;
-  p.n_samples = a.n_samples;
-  // --json always reports the chosen tokens' logprobs; --logprobs N adds the top N.
-  p.logprobs = a.logprobs >= 0 ? a.logprobs : (a.json ? 0 : -1);
-  p.stop = a.stop;
-  return p;
+double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
+
+// The engine names request fields; the user typed flags. Adds the flag to
+// an error about a field this command fills from one.
+std::string with_flag_hint(const std::string& message) {
+  static const std::pair<const char*, const char*> kHints[] = {
+      {"messages:", "pass --chat-template NAME"},
+      {"the KV cache holds", "raise --kv-mem, or lower -c, -n or --n"},
+      {"prompt:", "-p / -f"},
+      {"stop", "--stop"},
+      {"sampling:", "--temp, --top-k, --top-p, --min-p, --typical, --repeat-*, --logit-bias"},
+  };
+  for (const auto& [prefix, hint] : kHints) {
+    if (message.rfind(prefix, 0) == 0) return fmt::format("{} ({})", message, hint);
+  }
+  return message;
 }
 
-nlohmann::ordered_json logprobs_json(const std::vector<LogprobEntry>& entries, const Tokenizer& tok,
-                                     bool with_top) {
-  auto one = [&](const TokenLogprob& t) {
-    nlohmann::ordered_json o;
-    o["id"] = t.id;
-    o["token"] = tok.token_to_piece(t.id, true);
-    o["logprob"] = t.logprob;
-    return o;
-  };
-  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-  for (const LogprobEntry& e : entries) {
-    nlohmann::ordered_json o = one(e.chosen);
-    if (with_top) {
-      o["top_logprobs"] = nlohmann::ordered_json::array();
-      for (const TokenLogprob& t : e.top) o["top_logprobs"].push_back(one(t));
-    }
-    arr.push_back(o);
+// The request from the flags: filled once, here. (With --resume it comes
+// from the state file instead.)
+Request request_from_flags(const RunArgs& a) {
+  Request r;
+  const std::string prompt = a.file.empty() ? a.prompt : read_prompt_file(a.file);
+  // --chat: the prompt becomes the user message of a single-turn
+  // conversation through the chat template.
+  if (a.chat || a.system || !a.chat_template.empty()) {
+    if (a.system) r.messages.push_back({"system", *a.system});
+    r.messages.push_back({"user", prompt});
+    r.chat_template = a.chat_template;
+  } else {
+    r.prompt = prompt;
+    r.parse_special = a.special;
   }
-  return arr;
+  r.sampling = a.sampling;
+  for (const std::string& b : a.logit_bias) r.sampling.logit_bias.push_back(parse_logit_bias(b));
+  if (!a.samplers.empty()) r.sampling.order = parse_sampler_order(a.samplers);
+  r.seed = a.seed;  // none: the engine draws one and reports it
+  r.n = a.n_samples;
+  r.stop = a.stop;
+  r.ignore_eos = a.ignore_eos;
+  return r;
+}
+
+EngineOptions engine_options(const RunArgs& a, int32_t n_ctx) {
+  EngineOptions o;
+  o.model_path = a.model;
+  o.mmap = a.mmap;
+  o.threads = a.threads;
+  o.n_ctx = n_ctx;
+  o.kv_type = parse_kv_type(a.kv_type);
+  o.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
+  o.batch_tokens = a.batch_size;
+  if (!a.isa.empty()) o.isa = parse_isa(a.isa);
+  return o;
 }
 
 void run_generate(const RunArgs& a) {
@@ -212,192 +151,99 @@ void run_generate(const RunArgs& a) {
   }
   const bool resuming = !a.resume.empty();
   std::optional<RunState> saved;
-  if (resuming) saved = load_run_state(a.resume);
-  const std::string prompt = a.file.empty() ? a.prompt : read_prompt_file(a.file);
-  const int n_threads = a.threads > 0 ? a.threads : default_threads();
-
-  const auto load_start = std::chrono::steady_clock::now();
-  const gguf::File file =
-      gguf::File::open(a.model, a.mmap ? gguf::LoadMode::Mmap : gguf::LoadMode::Read);
-  const std::unique_ptr<Model> model = Model::load(file);
-  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::create(vocab_from_gguf(file));
-  const HParams& hp = model->hparams();
-  if (tokenizer->n_vocab() != hp.n_vocab) {
-    throw ModelError(fmt::format("{}: the tokenizer has {} tokens but the model's vocabulary is {}",
-                                 a.model, tokenizer->n_vocab(), hp.n_vocab));
-  }
-  if (a.ctx_size < 0) throw InvalidArgument(fmt::format("-c {} must be >= 0", a.ctx_size));
-  int32_t n_ctx = a.ctx_size > 0 ? a.ctx_size : std::min(hp.n_ctx_train, kDefaultMaxCtx);
-  if (saved) {  // the context size decides where a generation ends: keep the saved one
+  if (resuming) {
+    saved = load_run_state(a.resume);
+    // The context size decides where a generation ends: keep the saved one.
     if (a.ctx_size > 0 && a.ctx_size != saved->n_ctx) {
       throw InvalidArgument(fmt::format(
           "--resume {}: the generation ran with context size {}; -c {} would end it elsewhere "
           "(omit -c)",
           a.resume, saved->n_ctx, a.ctx_size));
     }
-    n_ctx = saved->n_ctx;
   }
-  const DType kv_type = parse_kv_type(a.kv_type);
-  const KvLayout layout = kv_layout_for(hp, kv_type);
-  GenerateParams params = saved ? saved->params : request_params(a, n_ctx);
-  // Logprobs do not change what is sampled, so a resumed run may ask for
-  // more of them than the original did.
-  params.logprobs = std::max({params.logprobs, a.logprobs, a.json ? 0 : -1});
-  params.n_predict = a.n_predict;
-  params.prefill_chunk = a.batch_size;
-  params.validate(hp.n_vocab);
-  // Room for every sample to fill the context. Only address space: pages are
-  // committed when blocks are first written.
-  const uint64_t kv_bytes = a.kv_mem_mib > 0 ? static_cast<uint64_t>(a.kv_mem_mib * 1048576.0)
-                                             : static_cast<uint64_t>(params.n_samples) *
-                                                   kv_bytes_for_tokens(layout, n_ctx);
-  KvBlockPool pool(layout, kv_bytes);
-  ThreadPool threads(n_threads);
-  ForwardContext ctx(*model, pool, threads, n_ctx,
-                     a.isa.empty() ? std::optional<Isa>() : parse_isa(a.isa));
-  bool fp_cached = false;
-  const std::string fingerprint = model_fingerprint_cached(file, threads, &fp_cached);
-  NumericsSettings numerics;
-  numerics.kv_type = kv_type;
-  numerics.rope_freq_base = hp.rope_freq_base;
-  numerics.rope_freq_scale = hp.rope_freq_scale;
-  const std::string system_fp = system_fingerprint(fingerprint, numerics);
-  if (saved && saved->system_fingerprint != system_fp) {
+  const std::unique_ptr<Engine> engine =
+      Engine::open(engine_options(a, saved ? saved->n_ctx : a.ctx_size));
+  const EngineInfo& info = engine->info();
+  if (saved && saved->system_fingerprint != info.system_fingerprint) {
     throw InvalidArgument(fmt::format(
         "--resume {}: it was made under system fingerprint {} but this run has {} (another "
         "model, engine build or numerics setting such as --kv-type): continuing would not "
         "reproduce the original output",
-        a.resume, saved->system_fingerprint, system_fp));
+        a.resume, saved->system_fingerprint, info.system_fingerprint));
   }
-  const double load_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start)
-          .count();
-
-  if (file.opt_bool("encore.synthetic").value_or(false)) {
+  if (info.synthetic) {
     fmt::print(stderr,
                "note: {} has random weights (made by `encore synth`): the text below is noise\n",
                a.model);
   }
-  fmt::print(stderr,
-             "load: {:.1f} ms ({}, {} threads, {} kernels, context {}, prefill batch {}, KV {} "
-             "{:.1f} MiB in {} blocks)\n",
-             load_ms, a.mmap ? "mmap" : "read into memory", n_threads, isa_name(ctx.isa()), n_ctx,
-             a.batch_size, dtype_name(layout.elem_type),
-             pool.n_blocks() * layout.block_bytes() / 1048576.0, pool.n_blocks());
+  fmt::print(
+      stderr,
+      "load: {:.1f} ms ({}, {} threads, {} kernels, context {}, prefill batch {}, KV {} "
+      "{:.1f} MiB in {} blocks)\n",
+      info.load_seconds * 1e3, info.mmap ? "mmap" : "read into memory", info.threads,
+      isa_name(info.isa), info.n_ctx, info.batch_tokens, dtype_name(info.kv_type),
+      static_cast<double>(info.kv_blocks) * static_cast<double>(info.kv_block_bytes) / 1048576.0,
+      info.kv_blocks);
 
-  std::vector<TokenId> prompt_ids;
-  bool chat = false;
-  std::string chat_name;
-  if (saved) {
-    prompt_ids = saved->prompt_ids;
-    for (TokenId id : prompt_ids) {
-      if (id < 0 || id >= hp.n_vocab) {
-        throw InvalidArgument(
-            fmt::format("--resume {}: prompt token id {} is outside the "
-                        "vocabulary [0, {})",
-                        a.resume, id, hp.n_vocab));
-      }
-    }
-  } else {
-    // --chat: the prompt becomes the user message of a single-turn
-    // conversation, rendered without a leading BOS (the tokenizer adds it
-    // according to add_bos) and tokenized with special tokens parsed, since
-    // the template is made of them. Special-token text typed in the prompt or
-    // the system message is parsed too, as in llama.cpp.
-    chat = a.chat || a.system.has_value() || !a.chat_template.empty();
-    std::string text = prompt;
-    if (chat) {
-      std::string source;
-      const ChatTemplate family = pick_chat_template(a, file, &source);
-      chat_name = chat_template_name(family);
-      std::vector<ChatMessage> messages;
-      if (a.system) messages.push_back({"system", *a.system});
-      messages.push_back({"user", prompt});
-      text = render_chat(family, messages, /*add_generation_prompt=*/true, tokenizer->vocab());
-      fmt::print(stderr, "chat: template {} (from {}), single turn\n", chat_name, source);
-    }
-    prompt_ids = encode_prompt(*tokenizer, text, chat || a.special, a.model);
-    // The SPM dummy-prefix space of the first word is dropped when the text
-    // starts right after BOS, as llama.cpp renders it.
-    params.strip_leading_space = prompt_ids.size() == 1 && prompt_ids[0] == tokenizer->vocab().bos;
-  }
-
+  Request request = saved ? saved->request : request_from_flags(a);
+  // Logprobs do not change what is sampled, so a resumed run may ask for
+  // more of them than the original did. --json always reports the chosen
+  // tokens' logprobs; --logprobs N adds the top N.
+  request.logprobs = std::max({request.logprobs, a.logprobs, a.json ? 0 : -1});
+  request.max_tokens = a.n_predict;
   // One sample streams as it is generated; several are printed at the end.
-  const bool stream = !a.json && params.n_samples == 1;
-  if (stream && !chat && !resuming) {
-    fmt::print("{}", prompt);
-    std::fflush(stdout);
-  }
-  const auto run = [&] {
-    return generate(
-        ctx, *tokenizer, prompt_ids, params,
-        [&](int, TokenId, std::string_view text) {
-          if (!stream) return;
-          fmt::print("{}", text);
-          std::fflush(stdout);
-        },
-        saved ? &saved->samples : nullptr);
-  };
-  GenerateResult r;
+  const bool stream = !a.json && request.n == 1;
+  request.stream = stream;
+  const bool chat = !request.messages.empty();
+  const std::string shown_prompt = chat || resuming ? "" : request.prompt;
+  RequestHandle handle;
   try {
-    r = run();
+    handle = engine->submit(request);
   } catch (const InvalidArgument& e) {
-    if (!saved) throw;
-    throw InvalidArgument(fmt::format("--resume {}: {}", a.resume, e.what()));
+    if (saved) throw InvalidArgument(fmt::format("--resume {}: {}", a.resume, e.what()));
+    throw InvalidArgument(with_flag_hint(e.what()));
+  } catch (const ResourceExhausted& e) {
+    throw ResourceExhausted(with_flag_hint(e.what()));
+  }
+  if (stream) {
+    fmt::print("{}", shown_prompt);
+    std::fflush(stdout);
+    while (const std::optional<Event> e = handle.next()) {
+      if (e->text.empty()) continue;
+      fmt::print("{}", e->text);
+      std::fflush(stdout);
+    }
+  }
+  const Response& r = handle.wait();
+  if (r.status != Response::Status::Ok) throw ModelError(r.error);
+  for (const std::string& note : r.notes) fmt::print(stderr, "note: {}\n", note);
+  if (chat) {
+    fmt::print(stderr, "chat: template {} (from {}), single turn\n", r.chat_template,
+               a.chat_template.empty() ? "tokenizer.chat_template" : "--chat-template");
   }
 
   if (!a.save_state.empty()) {
-    save_run_state(a.save_state, RunState{system_fp, prompt_ids, n_ctx, params, r.states});
+    save_run_state(a.save_state, run_state_after(request, r, info.system_fingerprint, info.n_ctx));
   }
   if (a.json) {
-    auto choice = [&](const SampleResult& s) {
-      nlohmann::ordered_json c;
-      c["ids"] = s.ids;
-      c["text"] = s.text;
-      // params, not the flag: with --resume the request (and its --logprobs N)
-      // comes from the state file.
-      c["logprobs"] = logprobs_json(s.logprobs, *tokenizer, params.logprobs > 0);
-      c["finish_reason"] = finish_reason_name(s.finish);
-      c["output_hash"] = output_hash(s.ids);
-      return c;
-    };
-    nlohmann::ordered_json j;
-    j["prompt_ids"] = prompt_ids;
-    if (params.n_samples == 1) {
-      j.update(choice(r.samples[0]));
-    } else {
-      j["choices"] = nlohmann::ordered_json::array();
-      for (size_t i = 0; i < r.samples.size(); ++i) {
-        nlohmann::ordered_json c;
-        c["index"] = i;
-        c.update(choice(r.samples[i]));
-        j["choices"].push_back(c);
-      }
-    }
-    j["seed"] = params.seed;
-    j["system_fingerprint"] = system_fp;
-    j["model_fingerprint"] = fingerprint;
-    j["n_ctx"] = n_ctx;
+    nlohmann::ordered_json j = response_json(*engine, r, request.n, request.logprobs > 0);
     if (resuming) j["resumed_from"] = a.resume;
-    if (chat) j["chat_template"] = chat_name;
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else if (stream) {
     fmt::print("\n");
   } else {
     for (size_t i = 0; i < r.samples.size(); ++i) {
       fmt::print("--- sample {} ({}) ---\n{}{}\n", i, finish_reason_name(r.samples[i].finish),
-                 chat || resuming ? "" : prompt, r.samples[i].text);
+                 shown_prompt, r.samples[i].text);
     }
   }
   std::fflush(stdout);
-  size_t n_generated = 0;
-  for (const SampleResult& s : r.samples) n_generated += s.ids.size();
-  fmt::print(stderr, "prompt: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", prompt_ids.size(),
-             r.prompt_seconds * 1e3, per_second(prompt_ids.size(), r.prompt_seconds));
-  fmt::print(stderr, "generate: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", n_generated,
-             r.generate_seconds * 1e3, per_second(n_generated, r.generate_seconds));
+  fmt::print(stderr, "prompt: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", r.usage.prompt_tokens,
+             r.prompt_seconds * 1e3, per_second(r.usage.prompt_tokens, r.prompt_seconds));
+  fmt::print(stderr, "generate: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", r.usage.generated_tokens,
+             r.generate_seconds * 1e3, per_second(r.usage.generated_tokens, r.generate_seconds));
   fmt::print(stderr, "finish: {}, seed {}, system fingerprint {}\n",
-             finish_reason_name(r.samples[0].finish), params.seed, system_fp);
+             finish_reason_name(r.samples[0].finish), r.seed, info.system_fingerprint);
 }
 
 // CLI::Range lets NaN through (every comparison with NaN is false).
@@ -496,7 +342,7 @@ void add_run_command(CLI::App& app) {
                       "the request comes from the file")
           ->type_name("FILE");
   sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
-      ->check(CLI::Range(1, ThreadPool::kMaxThreads));
+      ->check(CLI::Range(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size,
                   "Context size in tokens (0: model's, at most 4096)")
       ->check(CLI::Range(0, kMaxCtx));
@@ -505,8 +351,9 @@ void add_run_command(CLI::App& app) {
   sub->add_option("--kv-type", args->kv_type,
                   "KV cache element type: f16 (default, like llama.cpp) or f32; part of the "
                   "numerics: outputs are reproducible under either, not across them");
-  sub->add_option("-b,--batch-size", args->batch_size,
-                  "Prompt tokens per forward step (chunked prefill; speed only)")
+  sub->add_option("-b,--batch-size,--batch-tokens", args->batch_size,
+                  "Tokens per forward step: prompts are evaluated in chunks of this many (speed "
+                  "only)")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--isa", args->isa,
                   "Kernels: scalar, avx2 or avx512 (default: ENCORE_ISA, else the best the CPU "
@@ -523,6 +370,8 @@ void add_run_command(CLI::App& app) {
       ->type_name("NAME");
   sub->add_flag("--special", args->special,
                 "Parse special-token text in the prompt (<s>, <|im_start|>...) as special tokens");
+  request_opts.push_back(sub->add_flag("--ignore-eos", args->ignore_eos,
+                                       "Generate past end-of-generation tokens (benchmarks)"));
   for (const char* name : {"--chat", "--system", "--chat-template", "--special"}) {
     request_opts.push_back(sub->get_option(name));
   }

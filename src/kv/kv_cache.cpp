@@ -2,6 +2,7 @@
 #include "encore/kv_cache.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cassert>
@@ -9,6 +10,7 @@
 #include <limits>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include "encore/error.h"
 
@@ -35,6 +37,32 @@ void validate_layout(const KvLayout& l) {
 }
 
 }  // namespace
+
+BlockHash prefix_root(std::string_view system_fingerprint, std::string_view tenant) {
+  // Length-prefixed fields: ("ab", "c") and ("a", "bc") must not collide.
+  std::string bytes = "encore-prefix-v1";
+  for (std::string_view field : {system_fingerprint, tenant}) {
+    const uint64_t n = field.size();
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>(n >> (8 * i)));
+    bytes.append(field);
+  }
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  return BlockHash{h.low64, h.high64};
+}
+
+BlockHash block_hash(const BlockHash& parent, std::span<const int32_t> tokens) {
+  std::vector<uint8_t> bytes;  // parent lo, hi, then each id, all little-endian
+  bytes.reserve(16 + 4 * tokens.size());
+  for (uint64_t w : {parent.lo, parent.hi}) {
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<uint8_t>(w >> (8 * i)));
+  }
+  for (int32_t id : tokens) {
+    const auto u = static_cast<uint32_t>(id);
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(u >> (8 * i)));
+  }
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  return BlockHash{h.low64, h.high64};
+}
 
 size_t KvLayout::block_bytes() const {
   return static_cast<size_t>(n_layer) * 2 * static_cast<size_t>(block_tokens) *
@@ -90,14 +118,24 @@ void KvBlockPool::check_id(int32_t block, const char* what) const {
 }
 
 int32_t KvBlockPool::allocate() {
-  if (free_.empty()) {
+  int32_t b = -1;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (!lru_.empty()) {  // evict the least recently released cached block
+    b = lru_.front();
+    lru_.pop_front();
+    const auto it = entries_.find(b);
+    assert(it != entries_.end());
+    by_hash_.erase(it->second.key.hash);
+    entries_.erase(it);
+    ++evictions_;
+  } else {
     throw ResourceExhausted(
         fmt::format("KV cache full: all {} blocks ({:.1f} MiB) in use; raise the KV cache budget "
                     "or lower the context size",
                     n_blocks_, mib(static_cast<uint64_t>(n_blocks_) * block_bytes_)));
   }
-  const int32_t b = free_.back();
-  free_.pop_back();
   refcounts_[static_cast<size_t>(b)] = 1;
   return b;
 }
@@ -118,7 +156,46 @@ void KvBlockPool::release(int32_t block) {
     throw std::logic_error(
         fmt::format("KvBlockPool::release: block {} is not allocated (double release?)", block));
   }
-  if (--rc == 0) free_.push_back(block);
+  if (--rc > 0) return;
+  const auto it = entries_.find(block);
+  if (it == entries_.end()) {
+    free_.push_back(block);
+  } else {
+    it->second.lru = lru_.insert(lru_.end(), block);
+  }
+}
+
+void KvBlockPool::publish(int32_t block, const BlockKey& key, std::span<const int32_t> tokens) {
+  check_id(block, "publish");
+  if (refcounts_[static_cast<size_t>(block)] <= 0) {
+    throw std::logic_error(fmt::format("KvBlockPool::publish: block {} is not allocated", block));
+  }
+  if (tokens.size() != static_cast<size_t>(layout_.block_tokens)) {
+    throw std::logic_error(fmt::format("KvBlockPool::publish: {} tokens for a block of {}",
+                                       tokens.size(), layout_.block_tokens));
+  }
+  if (entries_.count(block) != 0 || by_hash_.count(key.hash) != 0) return;
+  by_hash_.emplace(key.hash, block);
+  entries_.emplace(block,
+                   Entry{key, std::vector<int32_t>(tokens.begin(), tokens.end()), lru_.end()});
+}
+
+int32_t KvBlockPool::lookup(const BlockKey& key, std::span<const int32_t> tokens) {
+  const auto h = by_hash_.find(key.hash);
+  if (h == by_hash_.end()) return -1;
+  const int32_t block = h->second;
+  Entry& e = entries_.at(block);
+  if (!(e.key == key) ||
+      !std::equal(tokens.begin(), tokens.end(), e.tokens.begin(), e.tokens.end())) {
+    return -1;  // a hash collision: not the same prefix
+  }
+  int32_t& rc = refcounts_[static_cast<size_t>(block)];
+  if (rc == 0) {  // evictable: back in use
+    lru_.erase(e.lru);
+    e.lru = lru_.end();
+  }
+  ++rc;
+  return block;
 }
 
 int32_t KvBlockPool::refcount(int32_t block) const {

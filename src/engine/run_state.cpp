@@ -1,4 +1,4 @@
-#include "cli/run_state.h"
+#include "encore/run_state.h"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 
 #include "encore/error.h"
 
-namespace encore::cli {
+namespace encore {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -143,23 +143,40 @@ SamplingParams sampling_from(const Json& j, const std::string& where) {
 
 }  // namespace
 
+RunState run_state_after(const Request& request, const Response& response,
+                         const std::string& system_fingerprint, int32_t n_ctx) {
+  RunState s;
+  s.system_fingerprint = system_fingerprint;
+  s.n_ctx = n_ctx;
+  s.request.prompt_ids = response.prompt_ids;
+  s.request.seed = response.seed;
+  s.request.sampling = request.sampling;
+  s.request.n = request.n;
+  s.request.logprobs = request.logprobs;
+  s.request.stop = request.stop;
+  s.request.ignore_eos = request.ignore_eos;
+  s.request.resume = response.states;
+  return s;
+}
+
 void save_run_state(const std::string& path, const RunState& s) {
+  const Request& r = s.request;
   Json j;
   j["format"] = kFormat;
   j["version"] = kVersion;
   j["system_fingerprint"] = s.system_fingerprint;
-  j["prompt_ids"] = s.prompt_ids;
+  j["prompt_ids"] = r.prompt_ids;
   j["n_ctx"] = s.n_ctx;
-  j["seed"] = s.params.seed;
+  j["seed"] = r.seed.value_or(0);
   Json req;
-  req["sampling"] = sampling_json(s.params.sampling);
-  req["n"] = s.params.n_samples;
-  req["logprobs"] = s.params.logprobs;
-  req["stop"] = s.params.stop;
-  req["strip_leading_space"] = s.params.strip_leading_space;
+  req["sampling"] = sampling_json(r.sampling);
+  req["n"] = r.n;
+  req["logprobs"] = r.logprobs;
+  req["stop"] = r.stop;
+  req["ignore_eos"] = r.ignore_eos;
   j["request"] = req;
   Json samples = Json::array();
-  for (const SampleState& st : s.samples) {
+  for (const SampleState& st : r.resume) {
     Json o;
     o["ids"] = st.ids;
     o["t"] = st.sampler.t;
@@ -219,29 +236,31 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
                                       where, j["version"].dump(), kVersion));
   }
   RunState s;
+  Request& r = s.request;
   s.system_fingerprint = get<std::string>(j, "system_fingerprint", where);
-  s.prompt_ids = get<std::vector<TokenId>>(j, "prompt_ids", where);
+  r.prompt_ids = get<std::vector<TokenId>>(j, "prompt_ids", where);
   s.n_ctx = get<int32_t>(j, "n_ctx", where);
   if (s.n_ctx < 1 || s.n_ctx > kMaxStateCtx) {
     throw InvalidArgument(
         fmt::format("{}: n_ctx {} must be in [1, {}]", where, s.n_ctx, kMaxStateCtx));
   }
-  if (s.prompt_ids.empty() || s.prompt_ids.size() > static_cast<size_t>(s.n_ctx)) {
+  if (r.prompt_ids.empty() || r.prompt_ids.size() > static_cast<size_t>(s.n_ctx)) {
     throw InvalidArgument(fmt::format("{}: the prompt has {} ids; it must have 1 to n_ctx = {}",
-                                      where, s.prompt_ids.size(), s.n_ctx));
+                                      where, r.prompt_ids.size(), s.n_ctx));
   }
-  s.params.seed = get<uint64_t>(j, "seed", where);
+  r.seed = get<uint64_t>(j, "seed", where);
   const Json req = get<Json>(j, "request", where);
-  s.params.sampling =
+  r.sampling =
       sampling_from(get<Json>(req, "sampling", where + ": request"), where + ": request.sampling");
-  s.params.n_samples = get<int32_t>(req, "n", where + ": request");
-  s.params.logprobs = get<int32_t>(req, "logprobs", where + ": request");
-  s.params.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
-  s.params.strip_leading_space = get<bool>(req, "strip_leading_space", where + ": request");
+  r.n = get<int32_t>(req, "n", where + ": request");
+  r.logprobs = get<int32_t>(req, "logprobs", where + ": request");
+  r.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
+  // Written by later builds only; absent means false.
+  if (req.contains("ignore_eos")) r.ignore_eos = get<bool>(req, "ignore_eos", where + ": request");
   const Json samples = get<Json>(j, "samples", where);
-  if (!samples.is_array() || samples.size() != static_cast<size_t>(s.params.n_samples)) {
+  if (!samples.is_array() || r.n < 0 || samples.size() != static_cast<size_t>(r.n)) {
     throw InvalidArgument(
-        fmt::format("{}: samples must be an array of n = {} entries", where, s.params.n_samples));
+        fmt::format("{}: samples must be an array of n = {} entries", where, r.n));
   }
   for (size_t i = 0; i < samples.size(); ++i) {
     const std::string w = fmt::format("{}: samples[{}]", where, i);
@@ -250,10 +269,10 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     st.ids = get<std::vector<TokenId>>(o, "ids", w);
     // A sample stops when its last token would not fit (finish "context"),
     // so it holds at most n_ctx - prompt + 1 ids.
-    if (s.prompt_ids.size() + st.ids.size() > static_cast<size_t>(s.n_ctx) + 1) {
+    if (r.prompt_ids.size() + st.ids.size() > static_cast<size_t>(s.n_ctx) + 1) {
       throw InvalidArgument(
           fmt::format("{}: {} ids after a {}-token prompt exceed the context size n_ctx = {}", w,
-                      st.ids.size(), s.prompt_ids.size(), s.n_ctx));
+                      st.ids.size(), r.prompt_ids.size(), s.n_ctx));
     }
     st.sampler.t = get<uint64_t>(o, "t", w);
     st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
@@ -278,9 +297,9 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
                               "-n can continue): use null");
       }
     }
-    s.samples.push_back(std::move(st));
+    r.resume.push_back(std::move(st));
   }
   return s;
 }
 
-}  // namespace encore::cli
+}  // namespace encore

@@ -1,0 +1,66 @@
+// libFuzzer target for `encore batch` lines (src/api, untrusted JSONL). Every
+// input must either parse or throw encore::Error; an accepted line must keep
+// the request limits (the engine relies on them before its own checks), and
+// peek_custom_id must agree with it. Error messages must be valid UTF-8
+// (they are written into JSON results). Anything else (crash, sanitizer
+// report, another exception, hang) is a bug: an exception that is not an
+// encore::Error escapes and terminates the process, which libFuzzer reports.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "encore/error.h"
+#include "encore/openai.h"
+#include "encore/request.h"
+
+namespace {
+
+void check(bool ok) {
+  if (!ok) std::abort();
+}
+
+bool in(float v, float lo, float hi) { return v >= lo && v <= hi; }
+
+void check_request(const encore::Request& r) {
+  using namespace encore;
+  const int prompts = !r.prompt.empty() + !r.prompt_ids.empty() + !r.messages.empty();
+  check(prompts <= 1);
+  check(r.prompt_ids.size() <= (size_t{1} << 20) && r.messages.size() <= 4096);
+  for (TokenId id : r.prompt_ids) check(id >= 0);
+  check(r.n >= 1 && r.n <= kMaxSamples);
+  check(r.max_tokens >= -1);
+  check(r.logprobs >= -1 && r.logprobs <= kMaxTopLogprobs);
+  check(r.stop.size() <= kMaxStopStrings);
+  for (const std::string& s : r.stop) check(!s.empty() && s.size() <= kMaxStopBytes);
+  check(r.tenant.empty() && r.priority == 0 && r.resume.empty());
+  const SamplingParams& p = r.sampling;
+  check(in(p.temp, 0, 2) && in(p.top_p, 0, 1) && in(p.min_p, 0, 1) && in(p.typical_p, 0, 1));
+  check(p.repeat_penalty > 0 && p.repeat_penalty <= 10);
+  check(in(p.presence_penalty, -2, 2) && in(p.frequency_penalty, -2, 2));
+  check(p.top_k >= 0 && p.repeat_last_n >= -1);
+  for (const auto& [id, bias] : p.logit_bias) {
+    check(id >= 0 && (in(bias, -100, 100) || bias == -INFINITY));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view line(reinterpret_cast<const char*>(data), size);
+  const std::optional<std::string> peeked = encore::api::peek_custom_id(line);
+  try {
+    const encore::api::BatchLine b = encore::api::parse_batch_line(line);
+    check(peeked == b.custom_id);
+    check_request(b.request);
+  } catch (const encore::api::RequestError& e) {
+    check(*e.what() != '\0');
+    // dump() throws (and so crashes here) on bytes that are not UTF-8.
+    (void)nlohmann::json({{"field", e.field()}, {"message", e.what()}}).dump();
+  } catch (const encore::Error&) {
+  }
+  return 0;
+}

@@ -1,0 +1,75 @@
+// OpenAI request shapes: a /v1/completions or /v1/chat/completions JSON body,
+// or one line of an `encore batch` JSONL file, turned into a plain Request
+// (request.h). Shared by `encore batch` and, later, the HTTP server.
+//
+// Mapping: absent or null fields keep the defaults of Request and
+// SamplingParams (llama.cpp's, as llama-server does), except max_tokens
+// (completions: 16, OpenAI's documented default; chat: unlimited). Unknown
+// fields are ignored; "model", "user" and "session_id" must be strings and are
+// ignored (the tenant is never client-supplied). Every field is checked for
+// type and range here, with a RequestError naming it; vocabulary-dependent
+// checks (token ids < n_vocab) happen at Engine::submit().
+//
+// Untrusted input: lines longer than kMaxLineBytes are refused before
+// parsing, nesting is bounded, and message and prompt id counts are checked
+// before anything is allocated for them.
+//
+// Ownership: plain values; nothing is retained. Cost: O(input size); a batch
+// line is parsed into a JSON tree of a few times its size first.
+// Thread-safety: every function is pure and may be called concurrently.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "encore/error.h"
+#include "encore/request.h"
+
+namespace encore::api {
+
+enum class Endpoint { Completions, ChatCompletions };
+
+// An invalid request. what() is "FIELD: MESSAGE" (just MESSAGE when the field
+// is ""); the message says the allowed type or range and what was given.
+class RequestError : public InvalidArgument {
+ public:
+  RequestError(std::string field, const std::string& message);
+  // The JSON field as a path relative to the request body ("temperature",
+  // "messages[2].content", "logit_bias.15043", "stop[1]"); for a batch line's
+  // envelope "custom_id", "method", "url" or "body". "" when the error is not
+  // about one field (JSON syntax, a body that is not an object).
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+// body: one request object. Throws RequestError.
+Request parse_request(const nlohmann::json& body, Endpoint endpoint);
+
+// One line of an `encore batch` JSONL file: either a flat request object with
+// an optional "custom_id" (string), or OpenAI's Batch API envelope
+// {"custom_id", "method": "POST", "url": "/v1/completions" or
+// "/v1/chat/completions", "body": {...}} (a line with "body", "url" or
+// "method" is an envelope). A flat object is a chat request when it has
+// "messages", else a completion. Throws RequestError (field "" for JSON
+// syntax errors, with the parser's byte offset in the message).
+struct BatchLine {
+  std::optional<std::string> custom_id;
+  Endpoint endpoint = Endpoint::Completions;
+  Request request;
+};
+BatchLine parse_batch_line(std::string_view line);
+
+// The custom_id of a line even when the rest of it is invalid (for error
+// results); nullopt when there is none or the line is not a JSON object.
+// Never throws RequestError.
+std::optional<std::string> peek_custom_id(std::string_view line);
+
+inline constexpr size_t kMaxLineBytes = size_t{16} << 20;  // longer lines: RequestError
+
+}  // namespace encore::api

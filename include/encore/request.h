@@ -1,0 +1,148 @@
+// A request and what comes back: plain data shared by every front end
+// (`encore run`, `encore batch`, the server) and the engine (engine.h).
+//
+// Reproducibility contract (docs/reproducibility.md): sample i of a request
+// is a pure function of the model, the numerics settings (system
+// fingerprint), the prompt ids, the sampling params, the stop strings, the
+// context size, ignore_eos and (seed, i). It does not depend on n, the thread
+// count, the ISA, the batch composition, the prefill chunking, prefix-cache
+// hits, preemption, or on whether the generation was paused and resumed from
+// a SampleState. The tenant and the priority change when and where a request
+// runs, never what it produces.
+//
+// Ownership: plain values. Thread-safety: none needed (copied across threads).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "encore/chat_template.h"
+#include "encore/sampler.h"
+#include "encore/tokenizer.h"
+
+namespace encore {
+
+enum class FinishReason {
+  Eog,      // the model produced an end-of-generation token (EOS, EOT ...)
+  Length,   // max_tokens tokens were generated
+  Context,  // the context window is full
+  Stop,     // a stop string appeared in the text
+};
+// "eog", "length", "context", "stop"; from_name throws InvalidArgument.
+const char* finish_reason_name(FinishReason r);
+FinishReason finish_reason_from_name(std::string_view name);
+
+// Bounds on a request (checked at submission, errors name the field).
+inline constexpr size_t kMaxStopStrings = 16;  // stop strings per request
+inline constexpr size_t kMaxStopBytes = 256;   // bytes per stop string (bounds held text)
+inline constexpr int kMaxTopLogprobs = 20;     // alternatives per token
+inline constexpr int kMaxSamples = 64;         // n
+inline constexpr size_t kMaxTenantBytes = 256;
+
+// Everything needed to continue one sample exactly where it stopped: plain
+// data, saved and restored by the caller (`encore run --save-state` writes
+// it as JSON, run_state.h).
+struct SampleState {
+  std::vector<TokenId> ids;  // generated so far (EOG excluded)
+  SamplerState sampler;      // RNG counter and penalty window
+  std::string held_text;     // decoded text held back: it may begin a stop string
+  size_t held_shown = 0;     // bytes at its start already returned (a call that ended at
+                             // max_tokens shows all its text; they are not returned again)
+  StreamDecoder::State decoder;
+  std::optional<FinishReason> finished;  // eog, stop or context: nothing more to do
+};
+
+// One request: the one home of every field a front end sets. Validated once,
+// at Engine::submit(), with errors that name the field.
+struct Request {
+  // The prompt: at most one of `prompt` (text), `prompt_ids` and `messages`.
+  // Text is tokenized as llama.cpp does (BOS/EOS per the model's add_bos /
+  // add_eos; special-token text parsed only with parse_special); ids are used
+  // as they are; messages go through the chat template (the model's, or the
+  // family named by chat_template), special tokens parsed. All empty: BOS only.
+  std::string prompt;
+  std::vector<TokenId> prompt_ids;
+  std::vector<ChatMessage> messages;
+  std::string chat_template;  // a family name (chat_template.h); implies chat
+  bool parse_special = false;
+
+  SamplingParams sampling;        // repeat_last_n -1 = the context size
+  std::optional<uint64_t> seed;   // absent: drawn from the OS and reported in the Response
+  int32_t n = 1;                  // samples; sample i draws from RNG stream i whatever n is
+  int32_t max_tokens = -1;        // per sample; -1: until EOG, a stop string or the context
+  std::vector<std::string> stop;  // matched in the text across token boundaries
+  // -1: no logprobs; 0: the chosen token's; N: also the N most likely tokens.
+  int32_t logprobs = -1;
+  bool ignore_eos = false;  // EOG tokens are generated like any other (benchmarks)
+
+  // Who asks: salts the prefix cache (requests of different tenants never
+  // share KV) and, later, session keys. Never changes the output.
+  std::string tenant;
+  int32_t priority = 0;  // higher runs first; first come, first served within a priority
+  bool stream = false;   // deliver Events through the handle as tokens come
+
+  // Continue these samples ([n] entries, from an earlier Response with the
+  // same prompt ids, seed and params) instead of starting afresh. Their KV
+  // is recomputed (prefix-cache hits included); the RNG counter, penalty
+  // window, held text and decoder bytes are recomputed from the ids and must
+  // match, so an edited state is refused.
+  std::vector<SampleState> resume;
+};
+
+struct SampleResult {
+  std::vector<TokenId> ids;            // generated in this call (EOG excluded; the ids of a stop
+                                       // string are kept, its text is not)
+  std::vector<LogprobEntry> logprobs;  // [ids.size()] when logprobs >= 0
+  std::string text;                    // text of these ids, stop string and after cut
+  FinishReason finish = FinishReason::Length;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;     // prompt ids
+  int64_t cached_tokens = 0;     // of those, served from the prefix cache (first admission)
+  int64_t generated_tokens = 0;  // over all samples
+};
+
+struct Response {
+  enum class Status { Ok, Cancelled, Failed };
+  Status status = Status::Ok;
+  std::string error;  // Failed: what went wrong (e.g. NaN logits from a broken model)
+
+  uint64_t seed = 0;                  // the seed used (drawn when the request had none)
+  std::vector<TokenId> prompt_ids;    // as evaluated (template and BOS applied)
+  std::string chat_template;          // the family used, "" for a plain prompt
+  std::vector<std::string> notes;     // remarks for the user (e.g. "a second BOS was not added")
+  std::vector<SampleResult> samples;  // [n]
+  std::vector<SampleState> states;    // [n] after this call: resume from here
+  Usage usage;
+  int32_t preemptions = 0;  // times the scheduler freed its KV to make room (recomputed)
+
+  double queue_seconds = 0;     // submission to first forward step
+  double prompt_seconds = 0;    // first step to the prompt's logits
+  double ttft_seconds = 0;      // submission to the first sampled token
+  double generate_seconds = 0;  // the prompt's logits to the end
+};
+
+// What a streaming request's handle delivers, in order: for each generated
+// token a Token event (text may be empty while held back: partial UTF-8 or a
+// possible stop string); per sample one Finish event (with the text held
+// back until then); then one Done event. A cancelled or failed request ends
+// with Done as well (Response::status says which).
+struct Event {
+  enum class Kind { Token, Finish, Done };
+  Kind kind = Kind::Token;
+  int sample = -1;                             // Token, Finish
+  TokenId id = -1;                             // Token: the generated id
+  std::string text;                            // Token, Finish: text that is now safe to show
+  std::optional<LogprobEntry> logprob;         // Token, when logprobs >= 0
+  FinishReason finish = FinishReason::Length;  // Finish
+};
+
+// XXH3-64 of the ids as little-endian int32, 16 hex digits: compares two
+// outputs at a glance.
+std::string output_hash(const std::vector<TokenId>& ids);
+
+}  // namespace encore

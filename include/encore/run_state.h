@@ -1,0 +1,42 @@
+// The JSON file of `encore run --save-state` / `--resume`: everything needed
+// to continue a generation in another process with bit-identical results:
+// the request (prompt ids, seed, sampling, stop strings ...) with, in
+// Request::resume, each sample's SampleState (request.h). The KV cache is not
+// in it: it is recomputed from the ids (persisted KV snapshots come with the
+// snapshot store).
+//
+// The file is untrusted input: load_run_state() checks its size, every
+// field's type and range, and names the field in its errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "encore/request.h"
+
+namespace encore {
+
+struct RunState {
+  std::string system_fingerprint;  // must equal the resuming engine's
+  int32_t n_ctx = 0;               // the context size bounds the output (finish reason "context")
+  // prompt_ids, seed, sampling, n, logprobs, stop, ignore_eos and, in
+  // `resume`, the samples' states. max_tokens, tenant and priority are a
+  // call's, not the generation's: not saved.
+  Request request;
+};
+
+// The state to save after `response` answered `request` (a plain prompt,
+// ids or messages: the evaluated ids are saved).
+RunState run_state_after(const Request& request, const Response& response,
+                         const std::string& system_fingerprint, int32_t n_ctx);
+
+// Writes atomically (a temporary file renamed over `path`).
+void save_run_state(const std::string& path, const RunState& state);
+// Throws InvalidArgument naming the file and field.
+RunState load_run_state(const std::string& path);
+// The same for the file's text; `where` starts every error message.
+RunState parse_run_state(std::string_view text, const std::string& where);
+
+}  // namespace encore

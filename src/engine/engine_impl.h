@@ -1,0 +1,65 @@
+// What an Engine holds (engine.h), for the files of src/engine that need
+// more than the public interface (the benchmark driver).
+//
+// Threads: the scheduler thread owns `scheduler` and is the only one that
+// touches the model, the KV pool, the forward context and the thread pool;
+// other threads hand it jobs (`incoming`) and tasks under `mu`.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "encore/engine.h"
+#include "encore/gguf.h"
+#include "encore/kv_cache.h"
+#include "encore/model.h"
+#include "encore/thread_pool.h"
+#include "encore/tokenizer.h"
+#include "engine/scheduler.h"
+
+namespace encore {
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ThreadPool> threads;
+  std::unique_ptr<KvBlockPool> pool;
+  std::unique_ptr<ForwardContext> ctx;
+  std::unique_ptr<Scheduler> scheduler;
+  EngineInfo info;
+  std::optional<std::string> chat_template_text;  // tokenizer.chat_template
+
+  std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::unique_ptr<Job>> incoming;
+  std::deque<std::function<void()>> tasks;
+  bool stop = false;
+  bool idle = true;  // the scheduler has no job (set after each iteration)
+  std::condition_variable idle_cv;
+  uint64_t next_order = 0;  // guarded by mu
+  std::atomic<int64_t> submitted{0};
+  std::atomic<int64_t> seeds_drawn{0};
+  mutable std::mutex stats_mu;
+  EngineStats stats;  // snapshot after each scheduler iteration
+  std::thread thread;
+
+  void loop();
+  void publish_stats();
+  // Validates and tokenizes a request into a Job (caller's thread).
+  std::unique_ptr<Job> make_job(Request r);
+  // Runs fn on the scheduler thread between steps and waits for it
+  // (exceptions are rethrown here). For work that drives the forward context
+  // directly (benchmarks).
+  void run_exclusive(const std::function<void()>& fn);
+};
+
+}  // namespace encore

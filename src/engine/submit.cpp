@@ -1,0 +1,235 @@
+// Engine::submit's half on the caller's thread: every check of a request,
+// once, with errors that name the field; the prompt rendered and tokenized;
+// the samplers set up (and checked against a resume state). What reaches the
+// scheduler is a Job that can run.
+#include <fmt/format.h>
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "encore/chat_template.h"
+#include "encore/error.h"
+#include "engine/engine_impl.h"
+
+namespace encore {
+namespace {
+
+int64_t blocks_for(int64_t tokens, int64_t bt) { return (tokens + bt - 1) / bt; }
+
+// A seed nobody chose: drawn from the OS entropy source (getrandom(2), not
+// std::random_device, whose source is implementation-defined) and reported
+// back in the Response, so that the output can be reproduced later.
+uint64_t entropy_seed() {
+  uint64_t seed = 0;
+  auto* p = reinterpret_cast<unsigned char*>(&seed);
+  size_t got = 0;
+  while (got < sizeof seed) {
+    const ssize_t r = getrandom(p + got, sizeof seed - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      throw InvalidArgument(fmt::format(
+          "seed: none given and none can be drawn from the OS (getrandom: {}): give one",
+          std::strerror(errno)));
+    }
+    got += static_cast<size_t>(r);
+  }
+  return seed;
+}
+
+// Token ids of a prompt text: BOS/EOS as the model's metadata asks (add_bos /
+// add_eos), as llama.cpp tokenizes prompts. An empty prompt means BOS only.
+std::vector<TokenId> encode_prompt(const Tokenizer& tok, const std::string& text,
+                                   bool parse_special, std::vector<std::string>* notes) {
+  Tokenizer::EncodeOptions enc;
+  enc.add_bos = tok.vocab().add_bos;
+  enc.add_eos = tok.vocab().add_eos;
+  enc.parse_special = parse_special;
+  std::vector<TokenId> ids = tok.encode(text, enc);
+  const TokenId bos = tok.vocab().bos;
+  if (enc.add_bos && ids.size() >= 2 && ids[0] == bos && ids[1] == bos) {
+    // The text began with the BOS token's own text (special tokens parsed).
+    ids.erase(ids.begin());
+    notes->push_back("the prompt starts with the BOS text; not adding a second BOS");
+  }
+  if (ids.empty() || (text.empty() && ids.front() != bos)) {
+    if (bos < 0) {
+      throw InvalidArgument(
+          "prompt: it is empty and the vocabulary has no BOS token to start with");
+    }
+    ids.insert(ids.begin(), bos);
+  }
+  return ids;
+}
+
+void validate_counts(const Request& r, int n_vocab) {
+  try {
+    r.sampling.validate(n_vocab);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("sampling: {}", e.what()));
+  }
+  if (r.max_tokens < -1) {
+    throw InvalidArgument(fmt::format("max_tokens: {} must be >= -1 (-1: no limit)", r.max_tokens));
+  }
+  if (r.n < 1 || r.n > kMaxSamples) {
+    throw InvalidArgument(fmt::format("n: {} samples; must be in [1, {}]", r.n, kMaxSamples));
+  }
+  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs) {
+    throw InvalidArgument(
+        fmt::format("logprobs: {} must be in [0, {}] (or -1: none)", r.logprobs, kMaxTopLogprobs));
+  }
+  if (r.stop.size() > kMaxStopStrings) {
+    throw InvalidArgument(
+        fmt::format("stop: {} strings given; at most {}", r.stop.size(), kMaxStopStrings));
+  }
+  for (size_t i = 0; i < r.stop.size(); ++i) {
+    const std::string& s = r.stop[i];
+    if (s.empty() || s.size() > kMaxStopBytes) {
+      throw InvalidArgument(fmt::format("stop[{}]: {} bytes; a stop string must have 1 to {}", i,
+                                        s.size(), kMaxStopBytes));
+    }
+    // The text it is matched in is valid UTF-8; an invalid stop string could
+    // match inside a character and cut the text there.
+    if (!is_valid_utf8(s)) throw InvalidArgument(fmt::format("stop[{}]: not valid UTF-8", i));
+  }
+  if (r.tenant.size() > kMaxTenantBytes) {
+    throw InvalidArgument(
+        fmt::format("tenant: {} bytes; at most {}", r.tenant.size(), kMaxTenantBytes));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
+  const int n_vocab = info.n_vocab;
+  const int32_t n_ctx = info.n_ctx;
+  validate_counts(r, n_vocab);
+  auto job = std::make_unique<Job>();
+  Response& resp = job->response;
+
+  // The prompt: text, ids or messages.
+  const bool chat = !r.messages.empty() || !r.chat_template.empty();
+  if (int{!r.prompt.empty()} + int{!r.prompt_ids.empty()} + int{!r.messages.empty()} > 1) {
+    throw InvalidArgument("prompt: give the prompt as text, as ids or as messages, not several");
+  }
+  if (chat && r.messages.empty()) {
+    throw InvalidArgument("messages: a chat template was named but there are no messages");
+  }
+  if (chat) {
+    ChatTemplate family;
+    if (!r.chat_template.empty()) {
+      family = chat_template_from_name(r.chat_template);
+    } else if (!chat_template_text) {
+      throw InvalidArgument(fmt::format(
+          "messages: {} has no tokenizer.chat_template; name a chat template family (one of: {})",
+          info.model_path, chat_template_names()));
+    } else {
+      try {
+        family = detect_chat_template(*chat_template_text);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(
+            fmt::format("{}: tokenizer.chat_template: {}", info.model_path, e.what()));
+      }
+    }
+    resp.chat_template = std::string(chat_template_name(family));
+    // Rendered without BOS (the tokenizer adds it per add_bos) and tokenized
+    // with special tokens parsed, since the template is made of them.
+    const std::string text = render_chat(family, r.messages, true, tokenizer->vocab());
+    job->prompt = encode_prompt(*tokenizer, text, true, &resp.notes);
+  } else if (!r.prompt_ids.empty()) {
+    for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
+      if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= n_vocab) {
+        throw InvalidArgument(
+            fmt::format("prompt_ids[{}]: token id {} is outside the vocabulary "
+                        "[0, {})",
+                        i, r.prompt_ids[i], n_vocab));
+      }
+    }
+    job->prompt = std::move(r.prompt_ids);
+  } else {
+    job->prompt = encode_prompt(*tokenizer, r.prompt, r.parse_special, &resp.notes);
+  }
+  const std::vector<TokenId>& prompt = job->prompt;
+  const auto p = static_cast<int64_t>(prompt.size());
+  if (p > n_ctx) {
+    throw InvalidArgument(fmt::format(
+        "prompt: {} tokens but the context size is {}: shorten the prompt or raise the context "
+        "size",
+        p, n_ctx));
+  }
+  if (!r.resume.empty() && r.resume.size() != static_cast<size_t>(r.n)) {
+    throw InvalidArgument(fmt::format("resume: {} sample states but the request asks for n = {}",
+                                      r.resume.size(), r.n));
+  }
+
+  // Fail now rather than halfway through the output: alone in the pool, each
+  // sample may fill the context unless max_tokens bounds it; the prompt's
+  // full blocks are shared.
+  const int64_t bt = pool->layout().block_tokens;
+  int64_t need_blocks = p / bt;
+  for (int i = 0; i < r.n; ++i) {
+    const SampleState* st = r.resume.empty() ? nullptr : &r.resume[static_cast<size_t>(i)];
+    if (st && st->finished) continue;  // nothing more to do: no KV
+    const int64_t done = st ? static_cast<int64_t>(st->ids.size()) : 0;
+    if (p + done > n_ctx) {
+      throw InvalidArgument(
+          fmt::format("resume[{}]: prompt ({}) + generated ({}) tokens exceed the context size {}",
+                      i, p, done, n_ctx));
+    }
+    int64_t tokens = n_ctx;
+    if (r.max_tokens >= 0) tokens = std::min<int64_t>(n_ctx, p + done + r.max_tokens);
+    need_blocks += blocks_for(tokens, bt) - p / bt;
+  }
+  if (need_blocks > pool->n_blocks()) {
+    throw ResourceExhausted(fmt::format(
+        "the KV cache holds {} tokens ({} blocks of {}) but this request ({} sample(s), context "
+        "size {}) may need {} blocks: raise the KV cache budget, lower the context size, "
+        "max_tokens or n",
+        static_cast<int64_t>(pool->n_blocks()) * bt, pool->n_blocks(), bt, r.n, n_ctx,
+        need_blocks));
+  }
+
+  if (!r.seed) {
+    r.seed = entropy_seed();
+    ++seeds_drawn;
+  }
+  SamplingParams sp = r.sampling;
+  if (sp.repeat_last_n < 0) sp.repeat_last_n = n_ctx;
+  // The SPM dummy-prefix space of the first generated piece is dropped when
+  // the prompt is BOS only, as llama.cpp renders it.
+  const bool strip = p == 1 && prompt[0] == tokenizer->vocab().bos;
+  job->samples.resize(static_cast<size_t>(r.n));
+  for (int i = 0; i < r.n; ++i) {
+    SampleRun& s = job->samples[static_cast<size_t>(i)];
+    s.sampler = std::make_unique<Sampler>(sp, *r.seed, static_cast<uint32_t>(i), info.isa);
+    s.decoder = std::make_unique<StreamDecoder>(*tokenizer, strip);
+    s.stop = StopText(r.stop);
+    if (r.resume.empty()) {
+      s.sampler->accept_prompt(prompt);
+    } else {
+      restore_sample(s, r.resume[static_cast<size_t>(i)], i, prompt, n_vocab);
+    }
+  }
+
+  job->priority = r.priority;
+  job->seed = *r.seed;
+  job->max_tokens = r.max_tokens;
+  job->logprobs = r.logprobs;
+  job->ignore_eos = r.ignore_eos;
+  job->root = prefix_root(info.system_fingerprint, r.tenant);
+  for (int64_t b = 0; b < p / bt; ++b) {
+    job->prompt_hashes.push_back(
+        block_hash(b == 0 ? job->root : job->prompt_hashes.back(),
+                   std::span<const TokenId>(prompt).subspan(static_cast<size_t>(b * bt),
+                                                            static_cast<size_t>(bt))));
+  }
+  job->shared = std::make_shared<RequestShared>();
+  job->shared->stream = r.stream;
+  resp.seed = *r.seed;
+  resp.prompt_ids = prompt;
+  resp.usage.prompt_tokens = p;
+  job->submitted = Clock::now();
+  return job;
+}
+
+}  // namespace encore
