@@ -7,3 +7,5 @@ encore_add_test(test_cli_bench SOURCES cli_bench_test.cpp LABELS cli)
 # Every `encore run` flag takes effect (request flags change the output,
 # speed/memory flags keep it): issue "--seed is ignored".
 encore_add_test(test_cli_flags SOURCES cli_flags_test.cpp LABELS repro TIMEOUT 600)
+# `encore batch` against `encore run` one request at a time (issue "One engine").
+encore_add_test(test_cli_batch SOURCES cli_batch_test.cpp LABELS repro TIMEOUT 600)

@@ -12,12 +12,15 @@ namespace {
 
 TEST(CliBench, JsonHasEveryFieldAndSaneValues) {
   ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
-  const CliResult r = run_encore({"bench", "-m", model, "-t", "2", "-p", "64", "-n", "4", "--batch",
-                                  "8", "--bw-mib", "32", "--json"});
+  const CliResult r =
+      run_encore({"bench", "-m", model, "-t", "2", "-p", "64", "-n", "4", "--batch", "8",
+                  "--bw-mib", "32", "--requests", "6", "--prefix", "200", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
-  for (const char* key : {"prefill_tok_s", "decode_tok_s", "decode_batch8_tok_s", "bandwidth_gb_s",
-                          "roofline_tok_s", "peak_fma_gflops", "prefill_gops"}) {
+  for (const char* key :
+       {"prefill_tok_s", "decode_tok_s", "decode_batch8_tok_s", "bandwidth_gb_s", "roofline_tok_s",
+        "peak_fma_gflops", "prefill_gops", "load_ms", "sequential_tok_s", "batch_throughput_tok_s",
+        "cold_ttft_ms", "warm_ttft_ms"}) {
     ASSERT_TRUE(j.contains(key)) << key << " missing in " << r.out;
     EXPECT_GT(j[key].get<double>(), 0.0) << key;
   }
@@ -25,6 +28,11 @@ TEST(CliBench, JsonHasEveryFieldAndSaneValues) {
   ASSERT_TRUE(j.contains("weight_bytes_per_token"));
   EXPECT_GT(j["weight_bytes_per_token"].get<uint64_t>(), 500'000u);
   EXPECT_EQ(j["prefill_tokens"], 64);
+  EXPECT_EQ(j["requests"], 6);
+  // The warm request found the shared prefix in the cache: all its full
+  // blocks but the one holding its last prefix token.
+  EXPECT_EQ(j["prefix_tokens"], 200);
+  EXPECT_EQ(j["warm_cached_tokens"], 192);
 }
 
 TEST(CliBench, TableAndBadFlags) {

@@ -17,6 +17,8 @@ void add_synth_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 
 void add_bench_command(CLI::App& app);
+// `encore batch`: a JSONL file of requests through one engine.
+void add_batch_command(CLI::App& app);
 
 // --kv-type: "f16" or "f32" (throws InvalidArgument otherwise).
 DType parse_kv_type(const std::string& s);

@@ -1,4 +1,5 @@
-// `encore`: run, inspect and synthesise GGUF models; tokenize and detokenize.
+// `encore`: run, batch, inspect and synthesise GGUF models; tokenize and
+// detokenize; bench.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   encore::cli::add_synth_command(app);
   encore::cli::add_tokenize_commands(app);
   encore::cli::add_bench_command(app);
+  encore::cli::add_batch_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

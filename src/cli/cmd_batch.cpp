@@ -1,0 +1,358 @@
+// `encore batch`: the offline front end. One OpenAI-shaped request per JSONL
+// line in, one result per line out, in input order; every request runs
+// through one engine concurrently (continuous batching, prefix cache).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/result_json.h"
+#include "encore/engine.h"
+#include "encore/error.h"
+#include "encore/openai.h"
+
+namespace encore::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using BatchClock = std::chrono::steady_clock;
+
+struct BatchArgs {
+  std::string model;
+  std::string input = "-";
+  std::string output = "-";
+  int threads = 0;
+  int32_t ctx_size = 0;
+  double kv_mem_mib = 0;
+  std::string kv_type = "f16";
+  int32_t batch_tokens = 512;
+  std::string isa;
+  bool mmap = false;
+  bool prefix_cache = true;
+  int32_t max_in_flight = 1024;
+  std::string chat_template;  // for chat lines of a model without (or with another) template
+  std::string tenant;
+  bool progress_on = false;   // --progress: draw the bar even when stderr is no terminal
+  bool progress_off = false;  // --no-progress
+};
+
+// Lines of a stream, each at most api::kMaxLineBytes: a longer line is
+// skipped (not held in memory) and reported as too long.
+class LineReader {
+ public:
+  explicit LineReader(std::istream& in) : in_(in) {}
+  struct Line {
+    std::string text;
+    bool too_long = false;
+  };
+  // False at the end of the stream.
+  bool next(Line& line) {
+    line.text.clear();
+    line.too_long = false;
+    bool any = false;
+    for (;;) {
+      if (pos_ == end_) {
+        in_.read(buf_, sizeof buf_);
+        end_ = static_cast<size_t>(in_.gcount());
+        pos_ = 0;
+        if (end_ == 0) return any;
+      }
+      any = true;
+      const char* start = buf_ + pos_;
+      const void* nl = std::memchr(start, '\n', end_ - pos_);
+      const size_t n = nl ? static_cast<size_t>(static_cast<const char*>(nl) - start) : end_ - pos_;
+      if (!line.too_long && line.text.size() + n <= api::kMaxLineBytes) {
+        line.text.append(start, n);
+      } else {
+        line.too_long = true;
+        line.text.clear();
+      }
+      pos_ += n;
+      if (nl) {
+        ++pos_;
+        return true;
+      }
+    }
+  }
+
+ private:
+  std::istream& in_;
+  char buf_[1 << 16];
+  size_t pos_ = 0, end_ = 0;
+};
+
+bool blank(const std::string& s) { return s.find_first_not_of(" \t\r") == std::string::npos; }
+
+// Non-blank lines of a regular file (the progress bar's total); 0 if unknown.
+size_t count_requests(const std::string& path) {
+  std::error_code ec;
+  if (path == "-" || !std::filesystem::is_regular_file(path, ec)) return 0;
+  std::ifstream in(path, std::ios::binary);
+  LineReader reader(in);
+  LineReader::Line line;
+  size_t n = 0;
+  while (reader.next(line)) n += (line.too_long || !blank(line.text)) ? 1 : 0;
+  return n;
+}
+
+// The request field an engine error is about, in the OpenAI names of the
+// input ("prompt_ids[3]: ..." is about "prompt[3]"); null if none.
+Json field_of(const std::string& message) {
+  const size_t colon = message.find(": ");
+  if (colon == std::string::npos || message.find(' ') < colon) return nullptr;
+  std::string field = message.substr(0, colon);
+  if (field.rfind("prompt_ids", 0) == 0) field = "prompt" + field.substr(10);
+  if (field == "sampling") {  // "sampling: top_p 2 must be ...": the setting comes next
+    const std::string rest = message.substr(colon + 2);
+    if (rest.rfind("logit bias", 0) == 0) return "logit_bias";
+    if (rest.rfind("temperature", 0) == 0) return "temperature";
+    const std::string word = rest.substr(0, rest.find(' '));
+    return word.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string::npos
+               ? Json(word)
+               : Json(nullptr);
+  }
+  return field;
+}
+
+Json error_result(const std::optional<std::string>& custom_id, size_t line,
+                  const std::string& message, Json field) {
+  Json j;
+  j["custom_id"] = custom_id ? Json(*custom_id) : Json(nullptr);
+  Json e;
+  e["message"] = message;
+  e["line"] = line;
+  e["field"] = std::move(field);
+  j["error"] = std::move(e);
+  return j;
+}
+
+struct Pending {
+  size_t line = 0;
+  std::optional<std::string> custom_id;
+  int32_t n = 1;
+  int32_t logprobs = -1;
+  RequestHandle handle;
+  std::optional<Json> error;  // refused before it ran
+};
+
+struct Totals {
+  size_t done = 0, ok = 0, errors = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, generated = 0, preemptions = 0;
+};
+
+void run_batch(const BatchArgs& a) {
+  std::ifstream file_in;
+  if (a.input != "-") {
+    file_in.open(a.input, std::ios::binary);
+    if (!file_in) throw InvalidArgument(fmt::format("-i {}: cannot open the file", a.input));
+  }
+  std::istream& in = a.input == "-" ? std::cin : file_in;
+  const bool to_stdout = a.output == "-";
+  const std::string tmp = a.output + ".tmp";
+  std::ofstream file_out;
+  if (!to_stdout) {
+    file_out.open(tmp, std::ios::binary | std::ios::trunc);
+    if (!file_out) throw InvalidArgument(fmt::format("-o {}: cannot write {}", a.output, tmp));
+  }
+  std::ostream& out = to_stdout ? std::cout : file_out;
+
+  EngineOptions eo;
+  eo.model_path = a.model;
+  eo.mmap = a.mmap;
+  eo.threads = a.threads;
+  eo.n_ctx = a.ctx_size;
+  eo.kv_type = parse_kv_type(a.kv_type);
+  eo.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
+  eo.batch_tokens = a.batch_tokens;
+  eo.prefix_cache = a.prefix_cache;
+  if (!a.isa.empty()) eo.isa = parse_isa(a.isa);
+  const std::unique_ptr<Engine> engine = Engine::open(eo);
+  const EngineInfo& info = engine->info();
+  if (info.synthetic) {
+    fmt::print(stderr, "note: {} has random weights (made by `encore synth`)\n", a.model);
+  }
+  fmt::print(stderr,
+             "load: {:.1f} ms ({} threads, {} kernels, context {}, KV {} blocks, prefix "
+             "cache {})\n",
+             info.load_seconds * 1e3, info.threads, isa_name(info.isa), info.n_ctx, info.kv_blocks,
+             info.prefix_cache ? "on" : "off");
+
+  const size_t total = count_requests(a.input);
+  const bool progress = !a.progress_off && (a.progress_on || isatty(STDERR_FILENO) != 0);
+  const auto start = BatchClock::now();
+  auto last_draw = start;
+  Totals t;
+  auto draw = [&](bool force) {
+    const auto now = BatchClock::now();
+    if (!progress || (!force && now - last_draw < std::chrono::milliseconds(100))) return;
+    last_draw = now;
+    const double secs = std::chrono::duration<double>(now - start).count();
+    const EngineStats s = engine->stats();
+    fmt::print(stderr, "\r[{}/{}] {:.1f} tok/s, prefix cache {:.0f} % of prompt tokens   ", t.done,
+               total > 0 ? fmt::format("{}", total) : std::string("?"),
+               secs > 0 ? s.tokens_generated / secs : 0.0,
+               t.prompt_tokens > 0 ? 100.0 * t.cached_tokens / t.prompt_tokens : 0.0);
+  };
+
+  std::deque<Pending> window;
+  auto write_front = [&] {
+    Pending& p = window.front();
+    Json j;
+    if (p.error) {
+      j = std::move(*p.error);
+      ++t.errors;
+    } else {
+      while (!p.handle.done()) {
+        if (p.handle.next_for(std::chrono::milliseconds(100)) == std::nullopt) draw(false);
+      }
+      const Response& r = p.handle.wait();
+      if (r.status != Response::Status::Ok) {
+        j = error_result(p.custom_id, p.line, r.error.empty() ? "cancelled" : r.error, nullptr);
+        ++t.errors;
+      } else {
+        if (p.custom_id) j["custom_id"] = *p.custom_id;
+        j.update(response_json(*engine, r, p.n, p.logprobs > 0));
+        if (p.logprobs < 0) {  // not asked: no logprobs lists
+          if (j.contains("choices")) {
+            for (Json& c : j["choices"]) c.erase("logprobs");
+          } else {
+            j.erase("logprobs");
+          }
+        }
+        ++t.ok;
+        t.prompt_tokens += r.usage.prompt_tokens;
+        t.cached_tokens += r.usage.cached_tokens;
+        t.generated += r.usage.generated_tokens;
+        t.preemptions += r.preemptions;
+      }
+    }
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    ++t.done;
+    window.pop_front();
+    draw(false);
+  };
+
+  LineReader reader(in);
+  LineReader::Line line;
+  size_t line_no = 0;
+  while (reader.next(line)) {
+    ++line_no;
+    if (!line.too_long && blank(line.text)) continue;
+    if (window.size() >= static_cast<size_t>(a.max_in_flight)) write_front();
+    Pending p;
+    p.line = line_no;
+    if (line.too_long) {
+      p.error = error_result(std::nullopt, line_no,
+                             fmt::format("the line is longer than {} bytes", api::kMaxLineBytes),
+                             nullptr);
+      window.push_back(std::move(p));
+      continue;
+    }
+    p.custom_id = api::peek_custom_id(line.text);
+    try {
+      api::BatchLine b = api::parse_batch_line(line.text);
+      p.custom_id = b.custom_id;
+      Request& r = b.request;
+      r.stream = false;
+      r.tenant = a.tenant;
+      if (!r.messages.empty() && r.chat_template.empty()) r.chat_template = a.chat_template;
+      p.n = r.n;
+      p.logprobs = r.logprobs;
+      p.handle = engine->submit(std::move(r));
+    } catch (const api::RequestError& e) {
+      p.error = error_result(p.custom_id, line_no, e.what(),
+                             e.field().empty() ? Json(nullptr) : Json(e.field()));
+    } catch (const Error& e) {  // from the engine: field named by the message's prefix
+      p.error = error_result(p.custom_id, line_no, e.what(), field_of(e.what()));
+    }
+    window.push_back(std::move(p));
+    while (!window.empty() && (window.front().error || window.front().handle.done())) {
+      write_front();
+    }
+  }
+  while (!window.empty()) write_front();
+  out.flush();
+  if (!out) throw InvalidArgument(fmt::format("-o {}: writing the results failed", a.output));
+  if (!to_stdout) {
+    file_out.close();
+    std::error_code ec;
+    std::filesystem::rename(tmp, a.output, ec);
+    if (ec) {
+      throw InvalidArgument(
+          fmt::format("-o {}: cannot rename {} over it: {}", a.output, tmp, ec.message()));
+    }
+  }
+  draw(true);
+  if (progress) fmt::print(stderr, "\n");
+  engine->drain();
+  const EngineStats s = engine->stats();
+  const double secs = std::chrono::duration<double>(BatchClock::now() - start).count();
+  fmt::print(stderr, "batch: {} requests ({} ok, {} errors) in {:.2f} s\n", t.done, t.ok, t.errors,
+             secs);
+  fmt::print(stderr,
+             "tokens: {} prompt ({} from the prefix cache, {:.1f} %), {} generated ({:.1f} "
+             "tok/s)\n",
+             t.prompt_tokens, t.cached_tokens,
+             t.prompt_tokens > 0 ? 100.0 * t.cached_tokens / t.prompt_tokens : 0.0, t.generated,
+             secs > 0 ? t.generated / secs : 0.0);
+  fmt::print(stderr,
+             "prefix cache: {} lookups, {} hit blocks ({} tokens), {} evictions; preemptions: "
+             "{}; forward steps: {}\n",
+             s.prefix_lookups, s.prefix_hit_blocks, s.prefix_hit_tokens, s.prefix_evictions,
+             s.preemptions, s.steps);
+}
+
+}  // namespace
+
+void add_batch_command(CLI::App& app) {
+  auto args = std::make_shared<BatchArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "batch",
+      "Run a JSONL file of OpenAI-style requests through one engine; one result per line, in "
+      "input order");
+  sub->add_option("-m,--model", args->model, "Model .gguf")->required();
+  sub->add_option("-i,--input", args->input, "Requests, one JSON object per line (- : stdin)")
+      ->required();
+  sub->add_option("-o,--output", args->output,
+                  "Results, one JSON object per line in input order (- : stdout); written to "
+                  "FILE.tmp and renamed when complete");
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("-c,--ctx-size", args->ctx_size,
+                  "Context size in tokens (0: model's, at most 4096)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--kv-mem", args->kv_mem_mib,
+                  "KV cache budget in MiB (default: 80 % of the memory available)")
+      ->check(CLI::Range(0.0, 16777216.0));
+  sub->add_option("--kv-type", args->kv_type, "KV cache element type: f16 (default) or f32");
+  sub->add_option("-b,--batch-tokens", args->batch_tokens, "Tokens per forward step")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--isa", args->isa, "Kernels: scalar, avx2 or avx512 (default: best)");
+  sub->add_flag("--mmap,!--no-mmap", args->mmap,
+                "Map the weights instead of reading them into memory");
+  sub->add_flag("--prefix-cache,!--no-prefix-cache", args->prefix_cache,
+                "Share the KV of common prompt prefixes (default: on)");
+  sub->add_option("--max-in-flight", args->max_in_flight,
+                  "Requests submitted ahead of the oldest unfinished one")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--chat-template", args->chat_template,
+                  "Chat template family for lines with messages (default: the model's)")
+      ->type_name("NAME");
+  sub->add_option("--tenant", args->tenant, "Tenant of every request (salts the prefix cache)");
+  sub->add_flag("--progress", args->progress_on,
+                "Progress bar on stderr (default: when stderr is a terminal)");
+  sub->add_flag("--no-progress", args->progress_off, "No progress bar");
+  sub->callback([args] { run_batch(*args); });
+}
+
+}  // namespace encore::cli
