@@ -20,12 +20,6 @@ namespace encore::test {
 namespace {
 
 using Json = nlohmann::json;
-using Args = std::vector<std::string>;
-
-Args operator+(Args a, const Args& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // Numbers as the JSON writer prints them, so both paths get the same float.
 std::string fmt_num(double d) { return Json(d).dump(); }
@@ -265,6 +259,28 @@ TEST_F(CliBatch, EnvelopesStdinAndDrawnSeeds) {
                                       "--seed", std::to_string(got[0].at("seed").get<uint64_t>())});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(Json::parse(again.out).at("ids"), got[0].at("ids"));
+  // --progress draws the bar even on a pipe; --max-in-flight 1 runs the
+  // requests one after the other (more forward steps, the same results).
+  const CliResult bar = run_encore({"batch", "-m", model_, "-i", in, "--progress"});
+  ASSERT_EQ(bar.exit_code, 0) << bar.err;
+  EXPECT_NE(bar.err.find("[2/2]"), std::string::npos) << bar.err;
+  EXPECT_EQ(r.err.find("[2/2]"), std::string::npos) << "a bar without a terminal: " << r.err;
+  const std::string seeded = dir_.file("seeded.jsonl");
+  {
+    std::ofstream f(seeded);
+    for (int k = 0; k < 4; ++k) {
+      f << R"({"prompt":"Tom","max_tokens":12,"seed":)" << k << "}\n";
+    }
+  }
+  const CliResult together = run_encore({"batch", "-m", model_, "-i", seeded});
+  const CliResult one_by_one =
+      run_encore({"batch", "-m", model_, "-i", seeded, "--max-in-flight", "1"});
+  ASSERT_EQ(together.exit_code, 0) << together.err;
+  ASSERT_EQ(one_by_one.exit_code, 0) << one_by_one.err;
+  EXPECT_EQ(together.out, one_by_one.out);
+  EXPECT_GT(summary_number(one_by_one.err, "forward steps:"),
+            summary_number(together.err, "forward steps:"))
+      << together.err << one_by_one.err;
   // A missing input file is a clear error.
   const CliResult missing = run_encore({"batch", "-m", model_, "-i", dir_.file("none.jsonl")});
   EXPECT_EQ(missing.exit_code, 1);

@@ -22,12 +22,6 @@ namespace encore::test {
 namespace {
 
 using Json = nlohmann::json;
-using Args = std::vector<std::string>;
-
-Args operator+(Args a, const Args& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // The whole distribution at temperature 1: every seed may go its own way.
 const Args kPure = {"--temp", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0"};

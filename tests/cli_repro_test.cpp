@@ -22,14 +22,8 @@ namespace encore::test {
 namespace {
 
 using Json = nlohmann::json;
-using Args = std::vector<std::string>;
 
 constexpr int kN = 40;
-
-Args operator+(Args a, const Args& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // Sampler settings of a request (everything but the model and -n).
 const Args kCombo = {"-p",

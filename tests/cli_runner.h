@@ -13,6 +13,13 @@
 
 namespace encore::test {
 
+// Command-line arguments; a + b appends b.
+using Args = std::vector<std::string>;
+inline Args operator+(Args a, const Args& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 struct CliResult {
   int exit_code = -1;
   std::string out;  // stdout

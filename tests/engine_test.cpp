@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -404,7 +406,7 @@ TEST_F(EngineTest, TenantsNeverShareBlocks) {
 
 TEST_F(EngineTest, CachedBlocksAreEvictedLeastRecentlyUsedFirst) {
   Engine& e = engine({.n_ctx = 128, .kv_blocks = 8});
-  const std::vector<TokenId> p1 = prompt_of(33, 1), p2 = prompt_of(33, 2), p3 = prompt_of(33, 3);
+  const std::vector<TokenId> p1 = prompt_of(33, 1), p2 = prompt_of(33, 2);
   for (const auto* p : {&p1, &p2}) e.run(request(*p, 1, 1));  // 2 cached blocks each
   e.run(request(p1, 1, 1));  // p1 used again: p2 is now the least recently used
   EXPECT_EQ(e.stats().prefix_evictions, 0);
@@ -415,7 +417,6 @@ TEST_F(EngineTest, CachedBlocksAreEvictedLeastRecentlyUsedFirst) {
   EXPECT_GT(e.stats().prefix_evictions, 0);
   EXPECT_EQ(e.run(request(p1, 1, 1)).usage.cached_tokens, 32) << "the recently used stays";
   EXPECT_EQ(e.run(request(p2, 1, 1)).usage.cached_tokens, 0) << "the least recently used went";
-  (void)p3;
 }
 
 // ---- Cancellation, failure, shutdown -----------------------------------------------------
@@ -505,6 +506,108 @@ TEST_F(EngineTest, ResumeContinuesExactlyAndRefusesEditedStates) {
   rest.resume = a.states;
   rest.resume[0].ids[3] = 9999;
   EXPECT_THROW(e.submit(rest), InvalidArgument);
+}
+
+// ---- Priority, concurrency, edge cases -------------------------------------------------
+
+// The pool admits one of these requests at a time (a 40-token prompt takes
+// 3 of its 5 blocks): A runs, B (priority 0) and C (priority 5) wait; when A
+// ends, C goes first, so C streams its tokens while B has produced nothing.
+TEST_F(EngineTest, HigherPriorityIsAdmittedFirst) {
+  Engine& e = engine({.n_ctx = 128, .kv_blocks = 5});
+  RequestHandle a = e.submit(request(prompt_of(40, 1), 1, 40));
+  Request b = request(prompt_of(40, 2), 2, 40), c = request(prompt_of(40, 3), 3, 40);
+  b.stream = c.stream = true;
+  c.priority = 5;
+  RequestHandle hb = e.submit(b);
+  RequestHandle hc = e.submit(c);
+  const std::optional<Event> first_c = hc.next();
+  ASSERT_TRUE(first_c.has_value());
+  EXPECT_EQ(first_c->kind, Event::Kind::Token);
+  EXPECT_FALSE(hb.next_for(std::chrono::milliseconds(0)).has_value())
+      << "B ran although C has the higher priority";
+  EXPECT_EQ(a.wait().status, Response::Status::Ok);
+  EXPECT_EQ(hb.wait().status, Response::Status::Ok);
+  EXPECT_EQ(hc.wait().status, Response::Status::Ok);
+  // Priority never changes an output.
+  c.priority = 0;
+  c.stream = false;
+  EXPECT_TRUE(same_output(hc.wait(), e.run(c)));
+}
+
+TEST_F(EngineTest, ManyThreadsSubmitAtOnceAndDrainWaitsForAll) {
+  Engine& e = engine({.n_ctx = 128, .kv_blocks = 64, .batch_tokens = 16});
+  constexpr int kThreads = 4, kEach = 6;
+  std::vector<std::thread> threads;
+  std::vector<RequestHandle> handles(kThreads * kEach);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kEach; ++k) {
+        handles[static_cast<size_t>(t * kEach + k)] =
+            e.submit(request(prompt_of(5 + k, t), static_cast<uint64_t>(t * 100 + k), 12));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  e.drain();
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.requests_submitted, kThreads * kEach);
+  EXPECT_EQ(s.requests_finished, kThreads * kEach) << "drain() returned before the end";
+  for (RequestHandle& h : handles) EXPECT_TRUE(h.done());
+}
+
+TEST_F(EngineTest, NothingToGenerateStillEndsEverySampleWithAFinishEvent) {
+  Engine& e = engine();
+  Request r = request(prompt_of(6, 0), 1, 0);
+  r.n = 3;
+  r.stream = true;
+  RequestHandle h = e.submit(r);
+  int finishes = 0, tokens = 0;
+  while (std::optional<Event> ev = h.next()) {
+    finishes += ev->kind == Event::Kind::Finish ? 1 : 0;
+    tokens += ev->kind == Event::Kind::Token ? 1 : 0;
+  }
+  EXPECT_EQ(finishes, 3);
+  EXPECT_EQ(tokens, 0);
+  for (const SampleResult& sr : h.wait().samples) EXPECT_EQ(sr.finish, FinishReason::Length);
+  RequestHandle empty;
+  EXPECT_TRUE(empty.done());
+  EXPECT_THROW(empty.wait(), std::logic_error);
+}
+
+// Resumed requests recompute their ids; preempted in a crowd they do it
+// again, and still continue exactly.
+TEST_F(EngineTest, ResumedRequestsPreemptedInACrowdContinueExactly) {
+  Engine& big = engine({.n_ctx = 128, .kv_blocks = 64});
+  std::vector<Request> fulls, rests;
+  std::vector<Response> want_full, firsts;
+  for (int k = 0; k < 6; ++k) {
+    Request r = request(prompt_of(12 + k, k), 50 + static_cast<uint64_t>(k), 40);
+    r.n = 1 + k % 3;
+    want_full.push_back(big.run(r));
+    Request first = r;
+    first.max_tokens = 15;
+    firsts.push_back(big.run(first));
+    Request rest = r;
+    rest.prompt_ids = firsts.back().prompt_ids;
+    rest.max_tokens = 25;
+    rest.resume = firsts.back().states;
+    rests.push_back(rest);
+  }
+  Engine& small = engine({.n_ctx = 128, .kv_blocks = 12, .batch_tokens = 8});
+  std::vector<RequestHandle> handles;
+  for (const Request& r : rests) handles.push_back(small.submit(r));
+  for (size_t k = 0; k < rests.size(); ++k) {
+    const Response& got = handles[k].wait();
+    ASSERT_EQ(got.status, Response::Status::Ok) << got.error;
+    for (size_t i = 0; i < got.samples.size(); ++i) {
+      std::vector<TokenId> ids = firsts[k].samples[i].ids;
+      ids.insert(ids.end(), got.samples[i].ids.begin(), got.samples[i].ids.end());
+      EXPECT_EQ(ids, want_full[k].samples[i].ids) << "request " << k << " sample " << i;
+    }
+  }
+  small.drain();
+  EXPECT_GT(small.stats().preemptions, 0) << "the test no longer preempts; shrink the pool";
 }
 
 }  // namespace

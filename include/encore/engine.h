@@ -123,7 +123,9 @@ class RequestHandle {
   ~RequestHandle();
 
   // Blocks until the request is over; its Response (also after events were
-  // taken with next()).
+  // taken with next()), valid while this handle holds the request. wait(),
+  // next() and next_for() throw std::logic_error on an empty
+  // (default-constructed or moved-from) handle, whose done() is true.
   const Response& wait();
   // Streaming (Request::stream): the next event, blocking; nullopt after
   // Done has been taken. With a timeout: nullopt also when none came in time.
@@ -161,6 +163,7 @@ class Engine {
   Response run(Request request);
 
   // Blocks until no request is queued or running (and stats() says so).
+  // Not to be called while the engine is being destroyed.
   void drain();
 
   const EngineInfo& info() const;

@@ -63,6 +63,10 @@ struct KvLayout {
 // Bytes of the blocks needed to hold n_tokens tokens of one sequence
 // (n_tokens rounded up to whole blocks). Use it to size a pool for a context size.
 uint64_t kv_bytes_for_tokens(const KvLayout& layout, int64_t n_tokens);
+// Blocks of block_tokens positions needed for n_tokens positions.
+inline int64_t kv_blocks_for_tokens(int64_t n_tokens, int64_t block_tokens) {
+  return (n_tokens + block_tokens - 1) / block_tokens;
+}
 
 // A 128-bit content hash (XXH3-128).
 struct BlockHash {
@@ -110,6 +114,8 @@ class KvBlockPool {
   int32_t n_used() const { return n_blocks_ - n_free(); }
   // Published blocks, referenced or not.
   int32_t n_cached() const { return static_cast<int32_t>(entries_.size()); }
+  // Whether `block` is published (its contents must never change again).
+  bool published(int32_t block) const { return entries_.count(block) != 0; }
   // Cached blocks allocate() has taken back so far.
   int64_t evictions() const { return evictions_; }
 
@@ -199,7 +205,10 @@ struct KvSequence {
   // after writing). On ResourceExhausted the blocks allocated by this call
   // are released again, leaving the sequence as it was.
   void reserve(KvBlockPool& pool, int32_t new_total_tokens);
-  // Releases every block reference and empties the sequence.
+  // Releases every block reference and empties the sequence, last block
+  // first: cached blocks of a chain then age from the leaf, so the pool
+  // evicts a chain's end before its start (a block is only ever found
+  // through the blocks before it).
   void release(KvBlockPool& pool);
   // A second sequence with the same n_tokens positions (n samples of one
   // prompt): the full blocks are shared (retained), a partially filled last

@@ -41,6 +41,8 @@ inline constexpr size_t kMaxStopBytes = 256;   // bytes per stop string (bounds 
 inline constexpr int kMaxTopLogprobs = 20;     // alternatives per token
 inline constexpr int kMaxSamples = 64;         // n
 inline constexpr size_t kMaxTenantBytes = 256;
+// The largest context size an engine accepts (bounds its scratch buffers).
+inline constexpr int32_t kMaxContext = 1 << 20;
 
 // Everything needed to continue one sample exactly where it stopped: plain
 // data, saved and restored by the caller (`encore run --save-state` writes

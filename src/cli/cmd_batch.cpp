@@ -41,7 +41,6 @@ struct BatchArgs {
   bool prefix_cache = true;
   int32_t max_in_flight = 1024;
   std::string chat_template;  // for chat lines of a model without (or with another) template
-  std::string tenant;
   bool progress_on = false;   // --progress: draw the bar even when stderr is no terminal
   bool progress_off = false;  // --no-progress
 };
@@ -264,7 +263,6 @@ void run_batch(const BatchArgs& a) {
       p.custom_id = b.custom_id;
       Request& r = b.request;
       r.stream = false;
-      r.tenant = a.tenant;
       if (!r.messages.empty() && r.chat_template.empty()) r.chat_template = a.chat_template;
       p.n = r.n;
       p.logprobs = r.logprobs;
@@ -348,7 +346,6 @@ void add_batch_command(CLI::App& app) {
   sub->add_option("--chat-template", args->chat_template,
                   "Chat template family for lines with messages (default: the model's)")
       ->type_name("NAME");
-  sub->add_option("--tenant", args->tenant, "Tenant of every request (salts the prefix cache)");
   sub->add_flag("--progress", args->progress_on,
                 "Progress bar on stderr (default: when stderr is a terminal)");
   sub->add_flag("--no-progress", args->progress_off, "No progress bar");

@@ -49,8 +49,6 @@ struct RunArgs {
   std::string resume;
 };
 
-// Larger contexts than any GGUF model in use; bounds the scratch buffers.
-constexpr int32_t kMaxCtx = 1 << 20;
 constexpr int kMaxThreads = 4096;  // ThreadPool's limit
 
 std::string read_prompt_file(const std::string& path) {
@@ -308,7 +306,7 @@ void add_run_command(CLI::App& app) {
           ->capture_default_str());
   req(sub->add_option("--repeat-last-n", sp.repeat_last_n,
                       "Tokens the penalties look back over (0: off, -1: the context)")
-          ->check(CLI::Range(-1, kMaxCtx))
+          ->check(CLI::Range(-1, kMaxContext))
           ->capture_default_str());
   req(sub->add_option("--presence-penalty", sp.presence_penalty, "Presence penalty (0: off)")
           ->check(finite_range(-1e6, 1e6))
@@ -345,8 +343,9 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::Range(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size,
                   "Context size in tokens (0: model's, at most 4096)")
-      ->check(CLI::Range(0, kMaxCtx));
-  sub->add_option("--kv-mem", args->kv_mem_mib, "KV cache budget in MiB (default: what -c needs)")
+      ->check(CLI::Range(0, kMaxContext));
+  sub->add_option("--kv-mem", args->kv_mem_mib,
+                  "KV cache budget in MiB (default: 80 % of the memory available)")
       ->check(finite_range(0.0, 1 << 24));
   sub->add_option("--kv-type", args->kv_type,
                   "KV cache element type: f16 (default, like llama.cpp) or f32; part of the "

@@ -30,6 +30,18 @@ std::vector<int32_t> bench_tokens(int n, int n_vocab, int salt) {
   return ids;
 }
 
+// Sequences whose blocks go back to the engine's pool however the
+// measurement ends (a leak would shrink the pool for every later request).
+struct ScopedSeqs {
+  KvBlockPool& pool;
+  std::vector<KvSequence> seqs;
+  ScopedSeqs(KvBlockPool& p, size_t n) : pool(p), seqs(n) {}
+  ~ScopedSeqs() {
+    for (KvSequence& s : seqs) s.release(pool);
+  }
+  KvSequence& operator[](size_t i) { return seqs[i]; }
+};
+
 // Prefill, decode at batch 1 and n_batch, bandwidth and peaks: the forward
 // pass alone, on the scheduler thread.
 void measure_forward(Engine::Impl& m, const BenchOptions& o, BenchReport& r) {
@@ -42,18 +54,16 @@ void measure_forward(Engine::Impl& m, const BenchOptions& o, BenchReport& r) {
 
   // Warm-up: touches every weight once (page cache, TLB, lazy scratch).
   {
-    KvSequence seq;
+    ScopedSeqs seq(pool, 1);
     const std::vector<int32_t> warm = bench_tokens(4, hp.n_vocab, 99);
-    ctx.eval(seq, warm, logits);
-    seq.release(pool);
+    ctx.eval(seq[0], warm, logits);
   }
   {
-    KvSequence seq;
+    ScopedSeqs seq(pool, 1);
     const std::vector<int32_t> prompt = bench_tokens(o.n_prompt, hp.n_vocab, 1);
     const auto t0 = BenchClock::now();
-    ctx.eval(seq, prompt, logits);
+    ctx.eval(seq[0], prompt, logits);
     r.prefill_tok_s = o.n_prompt / seconds_since(t0);
-    seq.release(pool);
   }
   // Decode at batch 1 (one token per step from a 1-token context) and with
   // n_batch sequences in every step, alternated with the bandwidth probe for
@@ -64,19 +74,18 @@ void measure_forward(Engine::Impl& m, const BenchOptions& o, BenchReport& r) {
   double decode_s = 1e30, batch_s = 1e30;
   for (int round = 0; round < kRounds; ++round) {
     {
-      KvSequence seq;
+      ScopedSeqs seq(pool, 1);
       const std::vector<int32_t> ids = bench_tokens(o.n_gen + 1, hp.n_vocab, 2 + round);
-      ctx.eval(seq, std::span(ids).first(1), logits);
+      ctx.eval(seq[0], std::span(ids).first(1), logits);
       const auto t0 = BenchClock::now();
-      for (int i = 1; i <= o.n_gen; ++i) ctx.eval(seq, std::span(ids).subspan(i, 1), logits);
+      for (int i = 1; i <= o.n_gen; ++i) ctx.eval(seq[0], std::span(ids).subspan(i, 1), logits);
       decode_s = std::min(decode_s, seconds_since(t0));
-      seq.release(pool);
     }
     r.bandwidth_gb_s = std::max(
         r.bandwidth_gb_s,
         kernels::measure_read_bandwidth(threads, static_cast<size_t>(o.bw_mib * 1048576.0)));
     {
-      std::vector<KvSequence> seqs(static_cast<size_t>(o.n_batch));
+      ScopedSeqs seqs(pool, static_cast<size_t>(o.n_batch));
       std::vector<std::vector<int32_t>> ids;
       std::vector<std::vector<float>> outs(static_cast<size_t>(o.n_batch),
                                            std::vector<float>(static_cast<size_t>(hp.n_vocab)));
@@ -94,7 +103,6 @@ void measure_forward(Engine::Impl& m, const BenchOptions& o, BenchReport& r) {
       const auto t0 = BenchClock::now();
       for (int i = 1; i <= o.n_gen; ++i) step_at(i);
       batch_s = std::min(batch_s, seconds_since(t0));
-      for (KvSequence& s : seqs) s.release(pool);
     }
   }
   r.decode_tok_s = o.n_gen / decode_s;
@@ -181,6 +189,13 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   if (o.n_requests > 0 && o.request_prompt + o.n_gen > info.n_ctx) {
     throw InvalidArgument(fmt::format("bench: requests of {} + {} tokens exceed the context {}",
                                       o.request_prompt, o.n_gen, info.n_ctx));
+  }
+  const int64_t bt = info.kv_block_tokens;
+  const int64_t need = std::max(kv_blocks_for_tokens(o.n_prompt, bt),
+                                o.n_batch * kv_blocks_for_tokens(o.n_gen + 1, bt));
+  if (need > info.kv_blocks) {
+    throw InvalidArgument(fmt::format("bench: the KV pool has {} blocks; the measures need {}",
+                                      info.kv_blocks, need));
   }
   BenchReport r;
   r.load_ms = info.load_seconds * 1e3;

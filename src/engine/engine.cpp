@@ -9,6 +9,7 @@
 #include <future>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "encore/error.h"
 #include "encore/fingerprint.h"
@@ -18,19 +19,35 @@ namespace encore {
 namespace {
 
 constexpr int32_t kDefaultMaxCtx = 4096;
-constexpr int32_t kMaxCtx = 1 << 20;  // bounds the scratch buffers
 
-// MemAvailable from /proc/meminfo (bytes), else free physical pages.
+// A number from a one-line file such as /sys/fs/cgroup/memory.max; nullopt
+// when absent or not a number ("max").
+std::optional<uint64_t> read_number(const char* path) {
+  std::ifstream in(path);
+  uint64_t v = 0;
+  if (in >> v) return v;
+  return std::nullopt;
+}
+
+// Memory this process may still use: MemAvailable from /proc/meminfo (else
+// free physical pages), and no more than the cgroup (container) limit
+// leaves.
 uint64_t available_memory() {
+  uint64_t avail = 0;
   std::ifstream in("/proc/meminfo");
-  std::string key;
+  std::string key, unit;
   uint64_t kib = 0;
-  std::string unit;
   while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == "MemAvailable:") avail = kib * 1024;
   }
-  const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(size) : 0;
+  if (avail == 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && size > 0) avail = static_cast<uint64_t>(pages) * static_cast<uint64_t>(size);
+  }
+  const std::optional<uint64_t> limit = read_number("/sys/fs/cgroup/memory.max");
+  const std::optional<uint64_t> used = read_number("/sys/fs/cgroup/memory.current");
+  if (limit && used) avail = std::min(avail, *limit > *used ? *limit - *used : 0);
+  return avail;
 }
 
 int default_threads() {
@@ -45,9 +62,9 @@ void EngineOptions::validate() const {
     throw InvalidArgument(fmt::format("threads {} must be in [1, {}] (0: every core)", threads,
                                       ThreadPool::kMaxThreads));
   }
-  if (n_ctx < 0 || n_ctx > kMaxCtx) {
+  if (n_ctx < 0 || n_ctx > kMaxContext) {
     throw InvalidArgument(
-        fmt::format("context size {} must be in [1, {}] (0: the model's)", n_ctx, kMaxCtx));
+        fmt::format("context size {} must be in [1, {}] (0: the model's)", n_ctx, kMaxContext));
   }
   if (kv_type != DType::F16 && kv_type != DType::F32) {
     throw InvalidArgument(fmt::format("KV type {} must be F16 or F32", dtype_name(kv_type)));
@@ -96,8 +113,10 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   const KvLayout layout = kv_layout_for(hp, options.kv_type);
   uint64_t kv_bytes = options.kv_bytes;
   if (kv_bytes == 0) {
-    // Only address space until blocks are written; the cap leaves the rest
-    // of the machine usable.
+    // Pages are committed as blocks are first written; with the prefix
+    // cache a long-running engine ends up using the whole pool, so the
+    // fraction is what it may take of the memory available now (after the
+    // weights), leaving the rest of the machine usable.
     kv_bytes =
         static_cast<uint64_t>(static_cast<double>(available_memory()) * options.kv_ram_fraction);
     kv_bytes = std::max<uint64_t>(kv_bytes, kv_bytes_for_tokens(layout, n_ctx));
@@ -109,6 +128,9 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   numerics.rope_freq_base = hp.rope_freq_base;
   numerics.rope_freq_scale = hp.rope_freq_scale;
   m.chat_template_text = m.file->opt_string("tokenizer.chat_template");
+  for (const std::string& t : m.tokenizer->vocab().tokens) {
+    m.max_token_bytes = std::max<uint64_t>(m.max_token_bytes, t.size());
+  }
 
   EngineInfo& info = m.info;
   info.model_path = name;
@@ -135,8 +157,9 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   m.scheduler =
       std::make_unique<Scheduler>(*m.ctx, *m.tokenizer, options.batch_tokens, options.prefix_cache);
   m.publish_stats();
-  m.thread = std::thread([&m] { m.loop(); });
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  std::unique_ptr<Engine> engine(new Engine(std::move(impl)));
+  m.thread = std::thread([&m] { m.loop(); });  // after: a throw above must not leave it running
+  return engine;
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -155,7 +178,7 @@ Engine::~Engine() {
 void Engine::Impl::loop() {
   for (;;) {
     std::deque<std::unique_ptr<Job>> jobs;
-    std::deque<std::function<void()>> todo;
+    std::deque<std::function<void(bool)>> todo;
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mu);
@@ -168,17 +191,24 @@ void Engine::Impl::loop() {
     for (auto& job : jobs) scheduler->add(std::move(job));
     if (stopping) {
       scheduler->cancel_all();
-      for (auto& task : todo) task();  // each reports "engine stopped" itself
+      for (auto& task : todo) task(true);
       publish_stats();
       idle_cv.notify_all();
       return;
     }
-    for (auto& task : todo) task();
-    scheduler->iterate();
+    for (auto& task : todo) task(false);
+    try {
+      scheduler->iterate();
+    } catch (const std::exception& e) {
+      // A bug or out of memory outside any one request's step: end every
+      // request with the error rather than the process.
+      scheduler->end_all(Response::Status::Failed,
+                         fmt::format("the engine's scheduler failed: {}", e.what()));
+    }
     publish_stats();
     {
       std::lock_guard<std::mutex> lock(mu);
-      idle = scheduler->idle();
+      idle = scheduler->idle() && incoming.empty();
     }
     idle_cv.notify_all();
   }
@@ -203,8 +233,8 @@ void Engine::Impl::run_exclusive(const std::function<void()>& fn) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (stop) throw InvalidArgument("the engine is shutting down");
-    tasks.push_back([fn, done, this] {
-      if (stop) {
+    tasks.push_back([fn, done](bool stopping) {
+      if (stopping) {
         done->set_exception(std::make_exception_ptr(InvalidArgument("the engine stopped")));
         return;
       }
@@ -229,10 +259,10 @@ RequestHandle Engine::submit(Request request) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stop) throw InvalidArgument("the engine is shutting down");
     job->order = impl_->next_order++;
+    ++impl_->submitted;
     impl_->incoming.push_back(std::move(job));
     impl_->idle = false;
   }
-  ++impl_->submitted;
   impl_->wake.notify_all();
   return RequestHandle(std::move(shared));
 }
@@ -281,28 +311,41 @@ RequestHandle::~RequestHandle() {
   if (shared_) shared_->cancel = true;  // no effect once it is over
 }
 
+namespace {
+
+RequestShared& shared_of(const std::shared_ptr<RequestShared>& shared) {
+  if (!shared) throw std::logic_error("RequestHandle: empty (default-constructed or moved from)");
+  return *shared;
+}
+
+std::optional<Event> pop_event(RequestShared& s) {
+  if (s.events.empty()) return std::nullopt;
+  Event e = std::move(s.events.front());
+  s.events.pop_front();
+  return e;
+}
+
+}  // namespace
+
 const Response& RequestHandle::wait() {
-  std::unique_lock<std::mutex> lock(shared_->mu);
-  shared_->cv.wait(lock, [&] { return shared_->done; });
-  return shared_->response;
+  RequestShared& s = shared_of(shared_);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait(lock, [&] { return s.done; });
+  return s.response;
 }
 
 std::optional<Event> RequestHandle::next() {
-  std::unique_lock<std::mutex> lock(shared_->mu);
-  shared_->cv.wait(lock, [&] { return !shared_->events.empty() || shared_->done; });
-  if (shared_->events.empty()) return std::nullopt;
-  Event e = std::move(shared_->events.front());
-  shared_->events.pop_front();
-  return e;
+  RequestShared& s = shared_of(shared_);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait(lock, [&] { return !s.events.empty() || s.done; });
+  return pop_event(s);
 }
 
 std::optional<Event> RequestHandle::next_for(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(shared_->mu);
-  shared_->cv.wait_for(lock, timeout, [&] { return !shared_->events.empty() || shared_->done; });
-  if (shared_->events.empty()) return std::nullopt;
-  Event e = std::move(shared_->events.front());
-  shared_->events.pop_front();
-  return e;
+  RequestShared& s = shared_of(shared_);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait_for(lock, timeout, [&] { return !s.events.empty() || s.done; });
+  return pop_event(s);
 }
 
 void RequestHandle::cancel() {
@@ -310,6 +353,7 @@ void RequestHandle::cancel() {
 }
 
 bool RequestHandle::done() const {
+  if (!shared_) return true;
   std::lock_guard<std::mutex> lock(shared_->mu);
   return shared_->done;
 }

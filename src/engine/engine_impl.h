@@ -37,16 +37,17 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> scheduler;
   EngineInfo info;
   std::optional<std::string> chat_template_text;  // tokenizer.chat_template
+  uint64_t max_token_bytes = 1;                   // the longest token text (bounds prompts)
 
   std::mutex mu;
   std::condition_variable wake;
   std::deque<std::unique_ptr<Job>> incoming;
-  std::deque<std::function<void()>> tasks;
+  std::deque<std::function<void(bool stopping)>> tasks;
   bool stop = false;
   bool idle = true;  // the scheduler has no job (set after each iteration)
   std::condition_variable idle_cv;
-  uint64_t next_order = 0;  // guarded by mu
-  std::atomic<int64_t> submitted{0};
+  uint64_t next_order = 0;            // guarded by mu
+  std::atomic<int64_t> submitted{0};  // counted before the job is queued
   std::atomic<int64_t> seeds_drawn{0};
   mutable std::mutex stats_mu;
   EngineStats stats;  // snapshot after each scheduler iteration

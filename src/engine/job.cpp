@@ -96,7 +96,7 @@ void emit_token(Job& job, int i, TokenId id, std::string text,
 void restore_sample(SampleRun& s, const SampleState& st, int i, const std::vector<TokenId>& prompt,
                     int n_vocab) {
   const auto fail = [&](const std::string& what) {
-    return InvalidArgument(fmt::format("resume state of sample {}: {}", i, what));
+    return InvalidArgument(fmt::format("resume[{}]: {}", i, what));
   };
   for (TokenId id : st.ids) {
     if (id < 0 || id >= n_vocab) {
@@ -139,7 +139,11 @@ void restore_sample(SampleRun& s, const SampleState& st, int i, const std::vecto
         "its held text or decoder bytes do not match its ids: the file was edited or belongs to "
         "another request");
   }
-  s.stop.restore(st.held_text, st.held_shown);
+  try {
+    s.stop.restore(st.held_text, st.held_shown);
+  } catch (const InvalidArgument& e) {
+    throw fail(fmt::format("held_shown: {}", e.what()));
+  }
 }
 
 }  // namespace encore

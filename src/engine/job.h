@@ -73,9 +73,8 @@ struct Job {
   int32_t priority = 0;
   std::shared_ptr<RequestShared> shared;
 
-  // The validated request (engine.cpp: make_job).
+  // The validated request (submit.cpp: make_job).
   std::vector<TokenId> prompt;
-  uint64_t seed = 0;
   int32_t max_tokens = -1;
   int32_t logprobs = -1;
   bool ignore_eos = false;

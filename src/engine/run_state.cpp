@@ -20,7 +20,6 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kFormat = "encore-run-state";
 constexpr int kVersion = 1;
 constexpr uintmax_t kMaxFileBytes = 256u << 20;  // far above any real state
-constexpr int32_t kMaxStateCtx = 1 << 20;        // `encore run -c` accepts no more
 
 std::string to_hex(const std::string& bytes) {
   std::string out;
@@ -240,9 +239,9 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
   s.system_fingerprint = get<std::string>(j, "system_fingerprint", where);
   r.prompt_ids = get<std::vector<TokenId>>(j, "prompt_ids", where);
   s.n_ctx = get<int32_t>(j, "n_ctx", where);
-  if (s.n_ctx < 1 || s.n_ctx > kMaxStateCtx) {
+  if (s.n_ctx < 1 || s.n_ctx > kMaxContext) {
     throw InvalidArgument(
-        fmt::format("{}: n_ctx {} must be in [1, {}]", where, s.n_ctx, kMaxStateCtx));
+        fmt::format("{}: n_ctx {} must be in [1, {}]", where, s.n_ctx, kMaxContext));
   }
   if (r.prompt_ids.empty() || r.prompt_ids.size() > static_cast<size_t>(s.n_ctx)) {
     throw InvalidArgument(fmt::format("{}: the prompt has {} ids; it must have 1 to n_ctx = {}",

@@ -11,8 +11,6 @@
 namespace encore {
 namespace {
 
-int64_t blocks_for(int64_t tokens, int64_t bt) { return (tokens + bt - 1) / bt; }
-
 // Scheduling order: higher priority first, then first come, first served.
 bool runs_before(const Job* a, const Job* b) {
   return a->priority > b->priority || (a->priority == b->priority && a->order < b->order);
@@ -47,7 +45,10 @@ Scheduler::~Scheduler() { cancel_all(); }
 void Scheduler::add(std::unique_ptr<Job> job) {
   Job* j = job.get();
   jobs_.push_back(std::move(job));
-  if (j->max_tokens == 0 || j->n_active() == 0) {
+  if (j->max_tokens == 0 || j->n_active() == 0) {  // nothing to generate
+    for (size_t i = 0; i < j->samples.size(); ++i) {
+      if (j->samples[i].active) finish_sample(*j, static_cast<int>(i), FinishReason::Length);
+    }
     complete(*j, Response::Status::Ok);
     remove(*j);
     return;
@@ -55,12 +56,17 @@ void Scheduler::add(std::unique_ptr<Job> job) {
   insert_sorted(waiting_, j);
 }
 
-void Scheduler::cancel_all() {
+void Scheduler::cancel_all() { end_all(Response::Status::Cancelled, {}); }
+
+void Scheduler::end_all(Response::Status status, const std::string& error) {
   while (!jobs_.empty()) {
     Job& job = *jobs_.back();
-    complete(job, Response::Status::Cancelled);
+    complete(job, status, error);
     remove(job);
   }
+  done_.clear();
+  entries_.clear();
+  planned_.clear();
 }
 
 void Scheduler::iterate() {
@@ -91,11 +97,18 @@ void Scheduler::plan() {
   entries_.clear();
   planned_.clear();
   const int64_t preemptions_before = counters_.preemptions;
-  // plan_job may preempt later (newer) jobs of running_ or the job itself,
-  // which all sit at or after index r, so the index stays valid.
-  for (size_t r = 0; r < running_.size() && budget_ > 0; ++r) {
-    Job* job = running_[r];
-    if (!plan_job(*job) && (r >= running_.size() || running_[r] != job)) --r;
+  // Decodes first, then prompt chunks, each pass in priority-then-age order:
+  // a long prompt never stalls the streams that are already generating.
+  // plan_job may preempt any later-ordered job (or the job itself), so the
+  // passes walk a snapshot and skip jobs that left the running state.
+  const std::vector<Job*> order = running_;
+  for (const bool decode : {true, false}) {
+    for (Job* job : order) {
+      if (budget_ == 0) break;
+      if (job->completed || job->phase == Job::Phase::Waiting) continue;
+      if ((job->phase == Job::Phase::Decode) != decode) continue;
+      plan_job(*job);
+    }
   }
   // A step that had to preempt admits nothing new: the pool is short.
   if (counters_.preemptions == preemptions_before) admit();
@@ -210,11 +223,13 @@ bool Scheduler::fork(Job& job) {
 }
 
 void Scheduler::preempt(Job& job) {
-  // Entries of this step planned for it (it is being planned right now).
-  while (!planned_.empty() && planned_.back().job == &job) {
-    budget_ += planned_.back().count;
-    planned_.pop_back();
-    entries_.pop_back();
+  // Entries of this step already planned for it go (their sequences are
+  // about to be released).
+  for (size_t e = planned_.size(); e-- > 0;) {
+    if (planned_[e].job != &job) continue;
+    budget_ += planned_[e].count;
+    planned_.erase(planned_.begin() + static_cast<ptrdiff_t>(e));
+    entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(e));
   }
   release_kv(job);
   job.phase = Job::Phase::Waiting;
@@ -246,11 +261,22 @@ void Scheduler::admit() {
     }
     const int64_t n = static_cast<int64_t>(hits.size()) * bt;
     const int64_t count = std::min<int64_t>(p - n, budget_);
-    const int64_t need = blocks_for(n + count, bt) - static_cast<int64_t>(hits.size());
+    const int64_t need = kv_blocks_for_tokens(n + count, bt) - static_cast<int64_t>(hits.size());
     const int64_t watermark = running_.empty() ? 0 : std::max(1, pool_.n_blocks() / 100);
     if (need + watermark > pool_.n_free()) {
-      for (int32_t b : hits) pool_.release(b);  // back to the cache
-      break;                                    // first come, first served: nobody skips ahead
+      for (auto b = hits.rbegin(); b != hits.rend(); ++b) pool_.release(*b);  // back to the cache
+      if (running_.empty()) {
+        // Nothing holds blocks that could come back: only blocks taken
+        // outside the scheduler (a bug) could cause this. Fail the job
+        // rather than wait for ever.
+        complete(job, Response::Status::Failed,
+                 fmt::format("the KV pool has {} free blocks; the prompt needs {}", pool_.n_free(),
+                             need));
+        waiting_.erase(waiting_.begin());
+        done_.push_back(&job);
+        continue;
+      }
+      break;  // first come, first served: nobody skips ahead
     }
     if (prefix_cache_) {
       ++counters_.prefix_lookups;
@@ -278,7 +304,7 @@ void Scheduler::admit() {
 void Scheduler::run_step() {
   try {
     ctx_.step(entries_);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     // Nothing here should fail (requests were validated, blocks reserved);
     // if it does, the requests of this step end with the error and the
     // others go on.

@@ -2,10 +2,11 @@
 //
 // Each iterate() plans one forward step and runs it:
 //   1. requests whose caller cancelled are dropped (their KV freed);
-//   2. running requests, highest priority and oldest first, each add their
-//      pending tokens: a prefill chunk of the prompt, or one decode token per
-//      sample (more after a preemption or a resume: the ids not evaluated
-//      yet), until the step's token budget is spent;
+//   2. running requests add their pending tokens until the step's token
+//      budget is spent: first the decoding ones (one token per sample; more
+//      after a preemption or a resume: the ids not evaluated yet), then
+//      those still in their prompt (a prefill chunk), each group highest
+//      priority and oldest first;
 //   3. if nothing was preempted, waiting requests are admitted in the same
 //      order while KV blocks last (keeping a 1 % watermark for the running
 //      ones), each starting with the longest prefix the cache has;
@@ -15,9 +16,10 @@
 // When a running request needs a block and none is left, the newest running
 // request (lowest priority, latest arrival) is preempted: its KV is freed and
 // it goes back to the waiting queue with its samplers and ids, to be
-// recomputed when it is admitted again. The oldest request can always
-// proceed, since every request fits the pool on its own (checked at
-// submission).
+// recomputed when it is admitted again. The first request in scheduling
+// order can always proceed, since every request fits the pool on its own
+// (checked at submission). Priority orders admission and the choice of
+// victims; a waiting request never preempts a running one.
 //
 // Ownership: owns its Jobs; borrows the ForwardContext (model, pool, threads)
 // and the tokenizer. Thread-safety: none; one thread (the engine's scheduler
@@ -40,7 +42,7 @@ class Scheduler {
             bool prefix_cache);
   ~Scheduler();
 
-  // Queues a validated job (engine.cpp: make_job). A job with nothing to do
+  // Queues a validated job (submit.cpp: make_job). A job with nothing to do
   // (max_tokens 0, or every sample already finished) completes at once.
   void add(std::unique_ptr<Job> job);
   bool idle() const { return jobs_.empty(); }
@@ -48,6 +50,9 @@ class Scheduler {
   void iterate();
   // Ends every job with Status::Cancelled and frees its KV (shutdown).
   void cancel_all();
+  // Ends every job with `status` and `error` (the scheduler thread caught
+  // an exception it cannot pin on one job).
+  void end_all(Response::Status status, const std::string& error);
 
   // Counters of EngineStats that the scheduler keeps (the rest is the pool's).
   const EngineStats& counters() const { return counters_; }

@@ -212,7 +212,6 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   }
 
   job->priority = r.priority;
-  job->seed = *r.seed;
   job->max_tokens = r.max_tokens;
   job->logprobs = r.logprobs;
   job->ignore_eos = r.ignore_eos;

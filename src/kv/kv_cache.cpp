@@ -208,6 +208,10 @@ void KvBlockPool::copy_block(int32_t from, int32_t to) {
     throw std::logic_error(
         fmt::format("KvBlockPool::copy_block: block {} or {} is not allocated", from, to));
   }
+  if (published(to)) {
+    throw std::logic_error(
+        fmt::format("KvBlockPool::copy_block: block {} is in the prefix cache", to));
+  }
   if (from == to) return;
   std::memcpy(data_.get() + static_cast<size_t>(to) * block_bytes_,
               data_.get() + static_cast<size_t>(from) * block_bytes_, block_bytes_);
@@ -255,7 +259,7 @@ void KvSequence::reserve(KvBlockPool& pool, int32_t new_total_tokens) {
 }
 
 void KvSequence::release(KvBlockPool& pool) {
-  for (int32_t b : blocks) pool.release(b);
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) pool.release(*it);
   blocks.clear();
   n_tokens = 0;
 }

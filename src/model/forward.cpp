@@ -186,10 +186,10 @@ void ForwardContext::step(std::span<const SeqTokens> batch) {
       // change that sequence's past.
       KvSequence& seq = *st.seq;
       for (size_t b = static_cast<size_t>(seq.n_tokens / bt); b < seq.blocks.size(); ++b) {
-        if (pool_.refcount(seq.blocks[b]) != 1) {
+        if (pool_.refcount(seq.blocks[b]) != 1 || pool_.published(seq.blocks[b])) {
           throw std::logic_error(fmt::format(
-              "step: KV block {} (positions from {}) is shared by {} sequences; writing to a "
-              "shared block needs copy-on-write",
+              "step: KV block {} (positions from {}) is shared by {} sequences or published in "
+              "the prefix cache; writing to it needs copy-on-write",
               seq.blocks[b], b * static_cast<size_t>(bt), pool_.refcount(seq.blocks[b])));
         }
       }
