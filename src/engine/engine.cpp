@@ -81,9 +81,14 @@ void EngineOptions::validate() const {
 
 std::unique_ptr<Engine> Engine::open(const EngineOptions& options) {
   options.validate();
+  const auto start = std::chrono::steady_clock::now();
   auto file = std::make_shared<const gguf::File>(gguf::File::open(
       options.model_path, options.mmap ? gguf::LoadMode::Mmap : gguf::LoadMode::Read));
-  return open(std::move(file), options);
+  const double read_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::unique_ptr<Engine> engine = open(std::move(file), options);
+  engine->impl_->info.load_seconds += read_seconds;  // the thread never writes info
+  return engine;
 }
 
 std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
