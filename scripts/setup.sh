@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libxxhash-dev
+  libzstd-dev libhiredis-dev redis-server  # session store: compressed snapshots, Redis tier
   libpcre2-dev libicu-dev             # tokenizer: pre-tokenizer regexes, Unicode NFC/NFD
   python3
 )

@@ -38,7 +38,7 @@ if [ "$fuzz_seconds" != "0" ]; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state \
-    fuzz_batch_request
+    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
   echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
   tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
@@ -63,6 +63,12 @@ if [ "$fuzz_seconds" != "0" ]; then
 SEEDS
   build-fuzz/bin/fuzz_batch_request -max_total_time=$((fuzz_seconds / 4)) -max_len=8192 \
     -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$batch_corpus/" "$batch_corpus"
+  echo "== libFuzzer: state store records for $((fuzz_seconds / 4))s"
+  snap_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-snap.XXXXXX")
+  # Seeds: real records, compressed, uncompressed and empty.
+  build-fuzz/bin/fuzz_snapshot_seeds "$snap_corpus"
+  build-fuzz/bin/fuzz_snapshot -max_total_time=$((fuzz_seconds / 4)) -max_len=65536 -timeout=10 \
+    -rss_limit_mb=2048 -artifact_prefix="$snap_corpus/" "$snap_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

@@ -1,0 +1,154 @@
+// Persistent state tiers: snapshots of KV blocks and session records that
+// outlive the process, on a local disk and in Redis, behind one small
+// interface.
+//
+// A record is addressed by a StoreKey: the system fingerprint (model content,
+// build, KV type, RoPE settings), the tenant and a name ("block/<hash>",
+// "session/<id>"). Every record carries a self-describing header (snapshot.h:
+// magic, format version, the key, creation and expiry times, lengths,
+// XXH3-128 of the payload); a load checks all of it and treats anything that
+// does not match — truncated, bit-flipped, another model, another tenant,
+// another format version, expired — as absent: counted by reason, reported
+// through the log callback, never an error and never wrong state. The caller
+// recomputes.
+//
+// Tiers: a local directory (DiskStore: one file per record, zstd payload,
+// atomic writes, a size cap with least-recently-used collection, TTL) and
+// Redis (RedisStore: `SET key value PX ttl`, pipelined writes; a server that
+// is down, slow or flushed only costs misses, counted and logged once per
+// burst, and service resumes by itself). TieredStore looks a record up tier
+// by tier and copies a hit into the tiers above it.
+//
+// Ownership: a tier owns its connection or directory handle. Thread-safety:
+// every method of every tier may be called from any thread (each tier
+// serialises what needs it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "encore/error.h"
+
+namespace encore {
+
+// A store could not do something the caller must know about (a write that
+// failed: disk full, unwritable directory). Reads never throw it.
+class StoreError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct StoreKey {
+  std::string system_fingerprint;
+  std::string tenant;
+  std::string name;  // [A-Za-z0-9_./-], at most 200 bytes
+  bool operator==(const StoreKey&) const = default;
+};
+
+// Why a record that was there could not be used (counted per reason).
+enum class StoreMiss {
+  Truncated,    // shorter than its header says, or no complete header
+  Corrupt,      // bad magic, header checksum, payload checksum or compressed data
+  Version,      // another format version
+  Fingerprint,  // another model, build or numerics setting
+  Tenant,       // written for another tenant (only a hash collision could do this)
+  Key,          // another name at this place
+  Expired,      // older than its time to live
+  TooLarge,     // lengths beyond the configured bound
+};
+inline constexpr int kStoreMissReasons = 8;
+const char* store_miss_name(StoreMiss m);
+
+struct StoreCounters {
+  int64_t gets = 0;
+  int64_t hits = 0;
+  int64_t misses = 0;                        // absent, or unusable (see rejected)
+  int64_t rejected[kStoreMissReasons] = {};  // by StoreMiss
+  int64_t puts = 0;
+  int64_t put_errors = 0;
+  int64_t get_errors = 0;  // the tier could not be read (I/O error, Redis down)
+  int64_t deletes = 0;
+  int64_t evictions = 0;  // removed by the size cap
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+};
+
+// Receives one line per event worth telling a person (a rejected record and
+// why; the first error of a burst). Called from the thread that hit it.
+using StoreLog = std::function<void(std::string_view)>;
+
+class StoreTier {
+ public:
+  virtual ~StoreTier() = default;
+  virtual std::string_view name() const = 0;
+  // The record's payload, or nullopt: absent, expired or unusable.
+  virtual std::optional<std::string> get(const StoreKey& key) = 0;
+  // Stores a payload that expires after ttl (0: never). Throws StoreError
+  // when it could not be stored (what was stored before stays valid).
+  virtual void put(const StoreKey& key, std::string_view payload,
+                   std::chrono::milliseconds ttl) = 0;
+  // Several at once (Redis pipelines them). Throws StoreError after trying
+  // all of them if any failed.
+  virtual void put_many(const std::vector<std::pair<StoreKey, std::string>>& items,
+                        std::chrono::milliseconds ttl);
+  // True if a record was removed.
+  virtual bool remove(const StoreKey& key) = 0;
+  virtual StoreCounters counters() const = 0;
+};
+
+struct DiskStoreOptions {
+  std::string dir;                         // created if missing
+  uint64_t max_bytes = 8ull << 30;         // size cap of all records (least recently used go first)
+  uint64_t max_record_bytes = 1ull << 30;  // larger records are refused (writes) or rejected
+  int zstd_level = 1;
+  StoreLog log;
+};
+// $XDG_CACHE_HOME/encore, else $HOME/.cache/encore, else "" (none).
+std::string default_state_dir();
+
+struct RedisStoreOptions {
+  std::string url;  // redis://host:port[/db]
+  std::chrono::milliseconds connect_timeout{500};
+  std::chrono::milliseconds command_timeout{500};
+  // After a failure the tier answers misses without trying for this long,
+  // then reconnects.
+  std::chrono::milliseconds retry_after{1000};
+  uint64_t max_record_bytes = 512ull << 20;  // Redis' own limit for a string
+  StoreLog log;
+};
+
+// Throws StoreError when the directory cannot be created or written.
+std::unique_ptr<StoreTier> open_disk_store(const DiskStoreOptions& options);
+// Throws InvalidArgument for a malformed URL. Never fails for an unreachable
+// server: it is tried on use (and counted as errors while down).
+std::unique_ptr<StoreTier> open_redis_store(const RedisStoreOptions& options);
+
+// Tiers from fastest to slowest. get() asks each in turn and copies a hit
+// into the tiers before it; put() writes to all (errors of one tier are
+// counted there and do not stop the others; the first is rethrown after).
+class TieredStore {
+ public:
+  explicit TieredStore(std::vector<std::unique_ptr<StoreTier>> tiers);
+  // The payload and the tier that had it.
+  struct Hit {
+    std::string payload;
+    std::string tier;
+  };
+  std::optional<Hit> get(const StoreKey& key, std::chrono::milliseconds ttl);
+  void put(const StoreKey& key, std::string_view payload, std::chrono::milliseconds ttl);
+  void put_many(const std::vector<std::pair<StoreKey, std::string>>& items,
+                std::chrono::milliseconds ttl);
+  bool remove(const StoreKey& key);
+  const std::vector<std::unique_ptr<StoreTier>>& tiers() const { return tiers_; }
+
+ private:
+  std::vector<std::unique_ptr<StoreTier>> tiers_;
+};
+
+}  // namespace encore

@@ -1,0 +1,97 @@
+// The tier-independent parts of store.h: miss names, TieredStore, the
+// default state directory.
+#include "encore/store.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <exception>
+
+namespace encore {
+
+const char* store_miss_name(StoreMiss m) {
+  switch (m) {
+    case StoreMiss::Truncated:
+      return "truncated";
+    case StoreMiss::Corrupt:
+      return "corrupt";
+    case StoreMiss::Version:
+      return "version";
+    case StoreMiss::Fingerprint:
+      return "fingerprint";
+    case StoreMiss::Tenant:
+      return "tenant";
+    case StoreMiss::Key:
+      return "key";
+    case StoreMiss::Expired:
+      return "expired";
+    case StoreMiss::TooLarge:
+      return "too_large";
+  }
+  return "?";
+}
+
+void StoreTier::put_many(const std::vector<std::pair<StoreKey, std::string>>& items,
+                         std::chrono::milliseconds ttl) {
+  std::exception_ptr first;
+  for (const auto& [key, payload] : items) {
+    try {
+      put(key, payload, ttl);
+    } catch (const StoreError&) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+std::string default_state_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/encore";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/encore";
+  return {};
+}
+
+TieredStore::TieredStore(std::vector<std::unique_ptr<StoreTier>> tiers)
+    : tiers_(std::move(tiers)) {}
+
+std::optional<TieredStore::Hit> TieredStore::get(const StoreKey& key,
+                                                 std::chrono::milliseconds ttl) {
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    std::optional<std::string> payload = tiers_[t]->get(key);
+    if (!payload) continue;
+    for (size_t up = 0; up < t; ++up) {  // promote: the next lookup is served sooner
+      try {
+        tiers_[up]->put(key, *payload, ttl);
+      } catch (const StoreError&) {
+        // counted by the tier; the hit is still good
+      }
+    }
+    return Hit{std::move(*payload), std::string(tiers_[t]->name())};
+  }
+  return std::nullopt;
+}
+
+void TieredStore::put(const StoreKey& key, std::string_view payload,
+                      std::chrono::milliseconds ttl) {
+  put_many({{key, std::string(payload)}}, ttl);
+}
+
+void TieredStore::put_many(const std::vector<std::pair<StoreKey, std::string>>& items,
+                           std::chrono::milliseconds ttl) {
+  std::exception_ptr first;
+  for (const auto& tier : tiers_) {
+    try {
+      tier->put_many(items, ttl);
+    } catch (const StoreError&) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+bool TieredStore::remove(const StoreKey& key) {
+  bool any = false;
+  for (const auto& tier : tiers_) any = tier->remove(key) || any;
+  return any;
+}
+
+}  // namespace encore
