@@ -9,3 +9,5 @@ encore_add_test(test_cli_bench SOURCES cli_bench_test.cpp LABELS cli)
 encore_add_test(test_cli_flags SOURCES cli_flags_test.cpp LABELS repro TIMEOUT 600)
 # `encore batch` against `encore run` one request at a time (issue "One engine").
 encore_add_test(test_cli_batch SOURCES cli_batch_test.cpp LABELS repro TIMEOUT 600)
+# Sessions, chat and the cache command across processes (disk, a real Redis).
+encore_add_test(test_cli_session SOURCES cli_session_test.cpp LABELS repro TIMEOUT 600)

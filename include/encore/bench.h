@@ -29,6 +29,12 @@ struct BenchOptions {
   // Time to first token with a shared prefix of n_prefix tokens, cold and
   // cached (capped to fit the context).
   int32_t n_prefix = 2000;  // 0: skip
+  // Restore vs recompute of a session of n_session tokens (capped to fit the
+  // context), through fresh engines on the same weights with only the state
+  // directory, then only Redis: each measured when given.
+  std::string state_dir;
+  std::string redis_url;
+  int32_t n_session = 2000;
 };
 
 struct BenchReport {
@@ -52,6 +58,14 @@ struct BenchReport {
   double cold_ttft_ms = 0;
   double warm_ttft_ms = 0;
   int64_t warm_cached_tokens = 0;
+  // State tiers: time to first token of the session's next turn when its KV
+  // is recomputed vs restored (bytes read from the tier alongside).
+  int32_t session_tokens = 0;
+  double recompute_ms = 0;
+  double restore_disk_ms = 0;
+  double restore_redis_ms = 0;
+  uint64_t restore_disk_bytes = 0;
+  uint64_t restore_redis_bytes = 0;
 };
 
 // Throws InvalidArgument for options the model cannot run (n_prompt beyond

@@ -27,13 +27,19 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "encore/dtype.h"
 #include "encore/isa.h"
 #include "encore/request.h"
+#include "encore/run_state.h"
+#include "encore/store.h"
 
 namespace encore {
 
@@ -55,6 +61,16 @@ struct EngineOptions {
   std::optional<Isa> isa;      // default: ENCORE_ISA, else the best the CPU has
   bool prefix_cache = true;
   std::string fingerprint_cache_dir;  // "" = fingerprint_cache_dir() (fingerprint.h)
+
+  // State tiers (store.h) for sessions and KV snapshots; none when both are
+  // empty. They need the prefix cache.
+  std::string state_dir;  // a local directory (default_state_dir() is the usual one)
+  std::string redis_url;  // redis://host:port[/db]
+  uint64_t state_max_bytes = 8ull << 30;   // size cap of the directory
+  std::chrono::milliseconds state_ttl{0};  // records expire after this (0: never)
+  // One line per remark about persistent state (a record ignored and why, a
+  // Redis outage and its end). Default: none.
+  std::function<void(std::string_view)> log;
 
   // Throws InvalidArgument naming the option.
   void validate() const;
@@ -102,6 +118,17 @@ struct EngineStats {
   int64_t prefix_hit_blocks = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_evictions = 0;
+  // State tiers: blocks restored instead of recomputed (from the first tier,
+  // the directory, and the second, Redis), blocks and sessions written,
+  // records that did not match (recomputed), write errors.
+  int64_t blocks_restored = 0;
+  int64_t blocks_restored_disk = 0;
+  int64_t blocks_restored_redis = 0;
+  int64_t blocks_saved = 0;
+  int64_t sessions_saved = 0;
+  int64_t sessions_loaded = 0;
+  int64_t state_fallbacks = 0;
+  int64_t state_write_errors = 0;
   // KV blocks now: referenced by a sequence, cached with no user (evictable),
   // never used or freed without content worth keeping.
   int32_t kv_blocks_total = 0;
@@ -174,6 +201,14 @@ class Engine {
   std::string token_text(TokenId id) const;
   // The tokenizer's ids for `text` (no BOS, special tokens as text).
   std::vector<TokenId> tokenize(std::string_view text) const;
+  // A saved session (its request, sample states and, for a chat, the
+  // conversation with the last answer), or nullopt: none, or unusable.
+  // Throws InvalidArgument without state tiers or for a bad id.
+  std::optional<RunState> load_session(const std::string& tenant, const std::string& session);
+  // Queues `state` to be written as session (tenant, session).
+  void save_session(const std::string& tenant, const std::string& session, const RunState& state);
+  // Per state tier (name, counters); empty without state tiers.
+  std::vector<std::pair<std::string, StoreCounters>> state_counters() const;
 
   struct Impl;  // src/engine/engine_impl.h
   Impl& impl() { return *impl_; }

@@ -147,6 +147,12 @@ class KvBlockPool {
   // allocated; std::logic_error otherwise). Cost: one block_bytes() memcpy.
   void copy_block(int32_t from, int32_t to);
 
+  // The whole of `block` ([block_bytes()]: every layer's K and V): what a
+  // snapshot stores and restores. Writing is only for a block that is
+  // allocated, referenced once and not published (std::logic_error otherwise).
+  std::span<const uint8_t> block_data(int32_t block) const;
+  std::span<uint8_t> writable_block_data(int32_t block);
+
   // Keys / values of `layer` in `block`: [block_tokens, n_kv_heads * head_dim]
   // elements of layout().elem_type (the pool is 64-byte aligned; blocks and
   // planes start wherever their sizes put them).

@@ -86,6 +86,18 @@ struct Request {
   int32_t priority = 0;  // higher runs first; first come, first served within a priority
   bool stream = false;   // deliver Events through the handle as tokens come
 
+  // A session (the engine's state tiers, engine.h): when one is saved under
+  // (tenant, session), a request without a prompt continues its generation
+  // exactly (as `resume` would), and a text or ids prompt is appended to its
+  // conversation (the saved prompt and sample 0's ids), so only the new
+  // tokens are evaluated; messages are rendered whole as always. When the
+  // request ends, the session (ids, sampler states) and its KV blocks are
+  // written out. [A-Za-z0-9_.-], 1 to 128 bytes.
+  std::string session;
+  // Write this request's KV blocks to the state tiers at the end (a session
+  // implies it), so a later resume restores them instead of recomputing.
+  bool persist = false;
+
   // Continue these samples ([n] entries, from an earlier Response with the
   // same prompt ids, seed and params) instead of starting afresh. Their KV
   // is recomputed (prefix-cache hits included); the RNG counter, penalty
@@ -104,7 +116,9 @@ struct SampleResult {
 
 struct Usage {
   int64_t prompt_tokens = 0;     // prompt ids
-  int64_t cached_tokens = 0;     // of those, served from the prefix cache (first admission)
+  int64_t cached_tokens = 0;     // of those, not recomputed: prefix cache or state tiers
+                                 // (first admission)
+  int64_t restored_tokens = 0;   // of the cached ones, restored from the state tiers
   int64_t generated_tokens = 0;  // over all samples
 };
 
@@ -120,7 +134,8 @@ struct Response {
   std::vector<SampleResult> samples;  // [n]
   std::vector<SampleState> states;    // [n] after this call: resume from here
   Usage usage;
-  int32_t preemptions = 0;  // times the scheduler freed its KV to make room (recomputed)
+  int32_t preemptions = 0;     // times the scheduler freed its KV to make room (recomputed)
+  bool session_found = false;  // Request::session named a saved session that was used
 
   double queue_seconds = 0;     // submission to first forward step
   double prompt_seconds = 0;    // first step to the prompt's logits

@@ -34,6 +34,8 @@ RunState run_state_after(const Request& request, const Response& response,
 
 // Writes atomically (a temporary file renamed over `path`).
 void save_run_state(const std::string& path, const RunState& state);
+// The file's text (also what a session record holds).
+std::string run_state_json(const RunState& state);
 // Throws InvalidArgument naming the file and field.
 RunState load_run_state(const std::string& path);
 // The same for the file's text; `where` starts every error message.

@@ -129,6 +129,40 @@ std::unique_ptr<StoreTier> open_disk_store(const DiskStoreOptions& options);
 // server: it is tried on use (and counted as errors while down).
 std::unique_ptr<StoreTier> open_redis_store(const RedisStoreOptions& options);
 
+// ---- The tiers as an operator sees them (`encore cache`) ----------------------
+
+struct DiskRecord {
+  std::string path;
+  uint64_t file_bytes = 0;
+  int64_t last_used_ms = 0;  // the file's mtime: reads touch it
+  StoreKey key;              // from the header (empty when the header is damaged)
+  uint64_t created_ms = 0;
+  uint64_t expires_ms = 0;  // 0: never
+  uint64_t payload_bytes = 0;
+  std::optional<StoreMiss> problem;  // why it would not load (with verify: payload checked too)
+  std::string detail;
+};
+// Every record file under dir, oldest use first. verify: read and check every
+// payload (checksums, decompression), not only the headers.
+std::vector<DiskRecord> list_disk_records(const std::string& dir, bool verify);
+struct GcResult {
+  int64_t removed = 0;
+  uint64_t bytes_freed = 0;
+};
+// Removes expired and damaged records (verify: payloads checked too, not
+// only headers), leftovers of interrupted writes older than ten minutes and,
+// while the records exceed max_bytes, the least recently used (down to 90 %
+// of it).
+GcResult collect_disk_garbage(const std::string& dir, uint64_t max_bytes, bool verify = false);
+
+struct RedisRecord {
+  std::string key;  // encore:v1:<fingerprint>:<tenant hash>:<name>
+  int64_t bytes = 0;
+  int64_t ttl_ms = -1;  // -1: none
+};
+// Every Encore key of the server (SCAN). Throws StoreError when unreachable.
+std::vector<RedisRecord> list_redis_records(const std::string& url);
+
 // Tiers from fastest to slowest. get() asks each in turn and copies a hit
 // into the tiers before it; put() writes to all (errors of one tier are
 // counted there and do not stop the others; the first is rethrown after).

@@ -47,6 +47,10 @@ struct RunArgs {
   int32_t logprobs = -1;  // -1: not asked
   std::string save_state;
   std::string resume;
+  std::string session;    // continue / save this session
+  std::string state_dir;  // state tiers: a directory ...
+  std::string redis;      // ... and/or Redis
+  double state_ttl_s = 0;
 };
 
 constexpr int kMaxThreads = 4096;  // ThreadPool's limit
@@ -88,6 +92,8 @@ std::pair<TokenId, float> parse_logit_bias(const std::string& text) {
 }
 
 double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds : 0.0; }
+
+bool info_has_no_tiers(const Engine& e) { return e.state_counters().empty(); }
 
 // The engine names request fields; the user typed flags. Adds the flag to
 // an error about a field this command fills from one.
@@ -140,6 +146,18 @@ EngineOptions engine_options(const RunArgs& a, int32_t n_ctx) {
   o.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
   o.batch_tokens = a.batch_size;
   if (!a.isa.empty()) o.isa = parse_isa(a.isa);
+  o.state_dir = a.state_dir;
+  o.redis_url = a.redis;
+  // A session needs somewhere to live: the usual state directory unless
+  // told otherwise.
+  if (!a.session.empty() && o.state_dir.empty() && o.redis_url.empty()) {
+    o.state_dir = default_state_dir();
+    if (o.state_dir.empty()) {
+      throw InvalidArgument("--session: no state directory (set --state-dir, or HOME)");
+    }
+  }
+  o.state_ttl = std::chrono::milliseconds(static_cast<int64_t>(a.state_ttl_s * 1000.0));
+  o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   return o;
 }
 
@@ -183,7 +201,15 @@ void run_generate(const RunArgs& a) {
       static_cast<double>(info.kv_blocks) * static_cast<double>(info.kv_block_bytes) / 1048576.0,
       info.kv_blocks);
 
+  const bool tiers = !info_has_no_tiers(*engine);
   Request request = saved ? saved->request : request_from_flags(a);
+  request.session = a.session;
+  // With state tiers, a saved generation also writes its KV blocks, so a
+  // --resume restores them instead of recomputing.
+  request.persist = tiers && !a.save_state.empty();
+  if (!a.session.empty() && a.prompt.empty() && a.file.empty() && request.messages.empty()) {
+    request.prompt.clear();  // no prompt: continue the session's generation
+  }
   // Logprobs do not change what is sampled, so a resumed run may ask for
   // more of them than the original did. --json always reports the chosen
   // tokens' logprobs; --logprobs N adds the top N.
@@ -242,6 +268,15 @@ void run_generate(const RunArgs& a) {
              r.generate_seconds * 1e3, per_second(r.usage.generated_tokens, r.generate_seconds));
   fmt::print(stderr, "finish: {}, seed {}, system fingerprint {}\n",
              finish_reason_name(r.samples[0].finish), r.seed, info.system_fingerprint);
+  if (tiers) {
+    engine->drain();  // the session and blocks are written before the process ends
+    const EngineStats s = engine->stats();
+    fmt::print(stderr,
+               "state: {} KV blocks restored ({} disk, {} redis), {} written, {} fallbacks{}{}\n",
+               s.blocks_restored, s.blocks_restored_disk, s.blocks_restored_redis, s.blocks_saved,
+               s.state_fallbacks, a.session.empty() ? "" : ", session ",
+               a.session.empty() ? "" : (r.session_found ? "continued" : "started"));
+  }
 }
 
 // CLI::Range lets NaN through (every comparison with NaN is false).
@@ -339,6 +374,21 @@ void add_run_command(CLI::App& app) {
                       "Continue the generation saved in FILE (with -n more tokens per sample); "
                       "the request comes from the file")
           ->type_name("FILE");
+  CLI::Option* session =
+      sub->add_option("--session", args->session,
+                      "Continue the session NAME (no prompt: its generation goes on; a prompt: "
+                      "appended to its conversation) and save it at the end")
+          ->type_name("NAME");
+  session->excludes(resume);
+  sub->add_option("--state-dir", args->state_dir,
+                  "Keep sessions and KV snapshots in DIR (default with --session: "
+                  "$XDG_CACHE_HOME/encore)")
+      ->type_name("DIR");
+  sub->add_option("--redis", args->redis, "Also keep them in Redis: redis://HOST:PORT[/DB]")
+      ->type_name("URL");
+  sub->add_option("--state-ttl", args->state_ttl_s,
+                  "Seconds the saved state lives (0: until the size cap removes it)")
+      ->check(finite_range(0.0, 1e9));
   sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
       ->check(CLI::Range(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size,

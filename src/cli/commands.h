@@ -19,6 +19,10 @@ void add_tokenize_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
 // `encore batch`: a JSONL file of requests through one engine.
 void add_batch_command(CLI::App& app);
+// `encore chat`: a multi-turn conversation in the terminal.
+void add_chat_command(CLI::App& app);
+// `encore cache`: the saved state as files and keys.
+void add_cache_command(CLI::App& app);
 
 // --kv-type: "f16" or "f32" (throws InvalidArgument otherwise).
 DType parse_kv_type(const std::string& s);

@@ -2,6 +2,7 @@
 // detokenize; bench.
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <thread>
@@ -19,6 +20,9 @@ int default_threads() {
 }  // namespace encore::cli
 
 int main(int argc, char** argv) {
+  // A file size limit (ulimit -f) makes writes fail with EFBIG, reported by
+  // the state store, instead of killing the process.
+  signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Encore: reproducible LLM inference for GGUF models", "encore"};
   app.set_version_flag("--version", ENCORE_VERSION);
   app.require_subcommand(1);
@@ -28,6 +32,8 @@ int main(int argc, char** argv) {
   encore::cli::add_tokenize_commands(app);
   encore::cli::add_bench_command(app);
   encore::cli::add_batch_command(app);
+  encore::cli::add_chat_command(app);
+  encore::cli::add_cache_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -176,6 +176,47 @@ void measure_prefix(Engine& engine, const BenchOptions& o, BenchReport& r) {
   r.warm_ttft_ms = ttft(2, &r.warm_cached_tokens);
 }
 
+// A session of n_session tokens saved through a fresh engine with one tier,
+// then its next turn in another fresh engine (an empty prefix cache): the
+// time to first token restored, against the same turn recomputed.
+void measure_state(Engine& engine, const BenchOptions& o, BenchReport& r) {
+  const EngineInfo& info = engine.info();
+  constexpr int32_t kTurn = 16;
+  r.session_tokens = std::min(o.n_session, info.n_ctx - kTurn - 2);
+  if (r.session_tokens < info.kv_block_tokens) return;
+  const std::string tenant =
+      fmt::format("bench-state-{}", BenchClock::now().time_since_epoch().count());
+  auto turn = [&](const EngineOptions& eo, bool persist, uint64_t* bytes) {
+    const std::unique_ptr<Engine> e = Engine::open(engine.impl().file, eo);
+    Request q = bench_request(info, r.session_tokens, 1, 3, tenant);
+    const std::vector<int32_t> next = bench_tokens(kTurn, info.n_vocab, 4);
+    q.prompt_ids.insert(q.prompt_ids.end(), next.begin(), next.end());
+    q.persist = persist;
+    const Response resp = e->run(q);
+    if (resp.status != Response::Status::Ok) throw ModelError(resp.error);
+    e->drain();
+    if (bytes) {
+      for (const auto& [name, c] : e->state_counters()) *bytes += c.bytes_read;
+    }
+    return resp.ttft_seconds * 1e3;
+  };
+  EngineOptions base = engine.impl().options;
+  base.model_path = info.model_path;
+  base.log = nullptr;
+  for (int tier = 0; tier < 2; ++tier) {
+    EngineOptions eo = base;
+    eo.state_dir = tier == 0 ? o.state_dir : "";
+    eo.redis_url = tier == 1 ? o.redis_url : "";
+    if (eo.state_dir.empty() && eo.redis_url.empty()) continue;
+    const double cold = turn(eo, /*persist=*/true, nullptr);  // computes and saves
+    r.recompute_ms = r.recompute_ms == 0 ? cold : std::min(r.recompute_ms, cold);
+    uint64_t bytes = 0;
+    const double warm = turn(eo, false, &bytes);
+    (tier == 0 ? r.restore_disk_ms : r.restore_redis_ms) = warm;
+    (tier == 0 ? r.restore_disk_bytes : r.restore_redis_bytes) = bytes;
+  }
+}
+
 }  // namespace
 
 BenchReport run_bench(Engine& engine, const BenchOptions& o) {
@@ -202,6 +243,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   engine.impl().run_exclusive([&] { measure_forward(engine.impl(), o, r); });
   if (o.n_requests > 0) measure_throughput(engine, o, r);
   if (o.n_prefix > 0) measure_prefix(engine, o, r);
+  if (!o.state_dir.empty() || !o.redis_url.empty()) measure_state(engine, o, r);
   return r;
 }
 

@@ -50,6 +50,17 @@ uint64_t available_memory() {
   return avail;
 }
 
+void add_persist_counters(EngineStats& s, const PersistCounters& p) {
+  s.blocks_restored = p.blocks_restored;
+  s.blocks_restored_disk = p.restored_from[0];
+  s.blocks_restored_redis = p.restored_from[1];
+  s.blocks_saved = p.blocks_saved;
+  s.sessions_saved = p.sessions_saved;
+  s.sessions_loaded = p.sessions_loaded;
+  s.state_fallbacks = p.block_fallbacks + p.session_fallbacks;
+  s.state_write_errors = p.write_errors;
+}
+
 int default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
@@ -159,8 +170,30 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   info.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  m.scheduler =
-      std::make_unique<Scheduler>(*m.ctx, *m.tokenizer, options.batch_tokens, options.prefix_cache);
+  if (!options.state_dir.empty() || !options.redis_url.empty()) {
+    if (!options.prefix_cache) {
+      throw InvalidArgument("state tiers need the prefix cache (blocks are shared through it)");
+    }
+    std::vector<std::unique_ptr<StoreTier>> tiers;
+    if (!options.state_dir.empty()) {
+      DiskStoreOptions d;
+      d.dir = options.state_dir;
+      d.max_bytes = options.state_max_bytes;
+      d.log = options.log;
+      tiers.push_back(open_disk_store(d));
+    }
+    if (!options.redis_url.empty()) {
+      RedisStoreOptions r;
+      r.url = options.redis_url;
+      r.log = options.log;
+      tiers.push_back(open_redis_store(r));
+    }
+    m.persist = std::make_unique<Persistence>(std::make_unique<TieredStore>(std::move(tiers)),
+                                              info.system_fingerprint, *m.pool, options.state_ttl,
+                                              options.log);
+  }
+  m.scheduler = std::make_unique<Scheduler>(*m.ctx, *m.tokenizer, options.batch_tokens,
+                                            options.prefix_cache, m.persist.get());
   m.publish_stats();
   std::unique_ptr<Engine> engine(new Engine(std::move(impl)));
   m.thread = std::thread([&m] { m.loop(); });  // after: a throw above must not leave it running
@@ -228,6 +261,7 @@ void Engine::Impl::publish_stats() {
   s.kv_blocks_used = pool->n_used();
   s.kv_blocks_cached = pool->n_evictable();
   s.kv_blocks_free = pool->n_unused();
+  if (persist) add_persist_counters(s, persist->counters());
   std::lock_guard<std::mutex> lock(stats_mu);
   stats = s;
 }
@@ -278,9 +312,44 @@ Response Engine::run(Request request) {
 }
 
 void Engine::drain() {
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->idle_cv.wait(lock,
-                      [&] { return impl_->stop || (impl_->idle && impl_->incoming.empty()); });
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->idle_cv.wait(lock,
+                        [&] { return impl_->stop || (impl_->idle && impl_->incoming.empty()); });
+  }
+  if (impl_->persist) {  // what the last requests wrote is stored now
+    impl_->persist->flush();
+    const PersistCounters p = impl_->persist->counters();
+    std::lock_guard<std::mutex> lock(impl_->stats_mu);
+    add_persist_counters(impl_->stats, p);
+  }
+}
+
+namespace {
+
+Persistence& persistence_of(Engine::Impl& m, const std::string& session) {
+  if (!m.persist) throw InvalidArgument("session: this engine has no state tiers");
+  if (!valid_session_id(session)) {
+    throw InvalidArgument(fmt::format("session: '{}' is not a session id", session));
+  }
+  return *m.persist;
+}
+
+}  // namespace
+
+std::optional<RunState> Engine::load_session(const std::string& tenant,
+                                             const std::string& session) {
+  return persistence_of(*impl_, session).load_session(tenant, session);
+}
+
+void Engine::save_session(const std::string& tenant, const std::string& session,
+                          const RunState& state) {
+  persistence_of(*impl_, session).save_session(tenant, session, state);
+}
+
+std::vector<std::pair<std::string, StoreCounters>> Engine::state_counters() const {
+  if (!impl_->persist) return {};
+  return impl_->persist->tier_counters();
 }
 
 const EngineInfo& Engine::info() const { return impl_->info; }

@@ -22,6 +22,7 @@
 #include "encore/model.h"
 #include "encore/thread_pool.h"
 #include "encore/tokenizer.h"
+#include "engine/persist.h"
 #include "engine/scheduler.h"
 
 namespace encore {
@@ -34,6 +35,7 @@ struct Engine::Impl {
   std::unique_ptr<ThreadPool> threads;
   std::unique_ptr<KvBlockPool> pool;
   std::unique_ptr<ForwardContext> ctx;
+  std::unique_ptr<Persistence> persist;  // state tiers; null without them
   std::unique_ptr<Scheduler> scheduler;
   EngineInfo info;
   std::optional<std::string> chat_template_text;  // tokenizer.chat_template
@@ -57,6 +59,7 @@ struct Engine::Impl {
   void publish_stats();
   // Validates and tokenizes a request into a Job (caller's thread).
   std::unique_ptr<Job> make_job(Request r);
+  bool continue_session(Request& r);
   // Runs fn on the scheduler thread between steps and waits for it
   // (exceptions are rethrown here). For work that drives the forward context
   // directly (benchmarks).

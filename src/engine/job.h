@@ -78,7 +78,11 @@ struct Job {
   int32_t max_tokens = -1;
   int32_t logprobs = -1;
   bool ignore_eos = false;
-  BlockHash root;                        // prefix_root(system fingerprint, tenant)
+  std::string tenant;
+  std::string session;   // save the session at the end ("": none)
+  bool persist = false;  // write the samples' blocks to the state tiers at the end
+  Request saved;         // what a session record keeps of the request (no prompt text)
+  BlockHash root;        // prefix_root(system fingerprint, tenant)
   std::vector<BlockHash> prompt_hashes;  // [prompt.size() / block_tokens] hash chain
 
   Phase phase = Phase::Waiting;

@@ -17,6 +17,7 @@ namespace encore {
 namespace {
 
 using Json = nlohmann::ordered_json;
+constexpr size_t kMaxMessages = 4096;
 constexpr const char* kFormat = "encore-run-state";
 constexpr int kVersion = 1;
 constexpr uintmax_t kMaxFileBytes = 256u << 20;  // far above any real state
@@ -155,10 +156,30 @@ RunState run_state_after(const Request& request, const Response& response,
   s.request.stop = request.stop;
   s.request.ignore_eos = request.ignore_eos;
   s.request.resume = response.states;
+  s.request.messages = request.messages;
+  s.request.chat_template = request.chat_template;
   return s;
 }
 
 void save_run_state(const std::string& path, const RunState& s) {
+  const std::string text = run_state_json(s);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw InvalidArgument(fmt::format("--save-state {}: cannot write {}", path, tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw InvalidArgument(
+        fmt::format("--save-state {}: cannot rename {} over it: {}", path, tmp, ec.message()));
+  }
+}
+
+std::string run_state_json(const RunState& s) {
   const Request& r = s.request;
   Json j;
   j["format"] = kFormat;
@@ -173,6 +194,13 @@ void save_run_state(const std::string& path, const RunState& s) {
   req["logprobs"] = r.logprobs;
   req["stop"] = r.stop;
   req["ignore_eos"] = r.ignore_eos;
+  if (!r.messages.empty()) {  // a chat session's conversation so far
+    Json msgs = Json::array();
+    for (const ChatMessage& m : r.messages)
+      msgs.push_back({{"role", m.role}, {"content", m.content}});
+    req["messages"] = msgs;
+    req["chat_template"] = r.chat_template;
+  }
   j["request"] = req;
   Json samples = Json::array();
   for (const SampleState& st : r.resume) {
@@ -188,20 +216,7 @@ void save_run_state(const std::string& path, const RunState& s) {
     samples.push_back(o);
   }
   j["samples"] = samples;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << j.dump(1) << '\n';
-    out.flush();
-    if (!out) throw InvalidArgument(fmt::format("--save-state {}: cannot write {}", path, tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw InvalidArgument(
-        fmt::format("--save-state {}: cannot rename {} over it: {}", path, tmp, ec.message()));
-  }
+  return j.dump(1) + "\n";
 }
 
 RunState load_run_state(const std::string& path) {
@@ -256,6 +271,19 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
   r.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
   // Written by later builds only; absent means false.
   if (req.contains("ignore_eos")) r.ignore_eos = get<bool>(req, "ignore_eos", where + ": request");
+  if (req.contains("messages")) {
+    const Json msgs = get<Json>(req, "messages", where + ": request");
+    if (!msgs.is_array() || msgs.size() > kMaxMessages) {
+      throw InvalidArgument(
+          fmt::format("{}: request.messages must be an array of at most {}", where, kMaxMessages));
+    }
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const std::string w = fmt::format("{}: request.messages[{}]", where, i);
+      r.messages.push_back(
+          {get<std::string>(msgs[i], "role", w), get<std::string>(msgs[i], "content", w)});
+    }
+    r.chat_template = get<std::string>(req, "chat_template", where + ": request");
+  }
   const Json samples = get<Json>(j, "samples", where);
   if (!samples.is_array() || r.n < 0 || samples.size() != static_cast<size_t>(r.n)) {
     throw InvalidArgument(

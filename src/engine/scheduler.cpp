@@ -7,6 +7,7 @@
 #include <cassert>
 
 #include "encore/error.h"
+#include "encore/run_state.h"
 
 namespace encore {
 namespace {
@@ -32,12 +33,13 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 Scheduler::Scheduler(ForwardContext& ctx, const Tokenizer& tokenizer, int32_t batch_tokens,
-                     bool prefix_cache)
+                     bool prefix_cache, Persistence* persist)
     : ctx_(ctx),
       pool_(ctx.pool()),
       tok_(tokenizer),
       batch_tokens_(batch_tokens),
       prefix_cache_(prefix_cache),
+      persist_(prefix_cache ? persist : nullptr),
       n_vocab_(ctx.model().hparams().n_vocab) {}
 
 Scheduler::~Scheduler() { cancel_all(); }
@@ -211,6 +213,7 @@ bool Scheduler::fork(Job& job) {
       if (job.completed) return false;  // failed (NaN logits)
     } else {
       s.logits.assign(static_cast<size_t>(n_vocab_), 0.0f);  // filled by its last chunk
+      extend_sample(job, i);
     }
   }
   job.base_logits = std::vector<float>();
@@ -247,16 +250,21 @@ void Scheduler::admit() {
     // The longest cached prefix, leaving at least one token to evaluate (its
     // logits start the generation).
     std::vector<int32_t> hits;
+    int64_t restored = 0;  // of the hits, from the state tiers
     if (prefix_cache_) {
       const auto max_hits = static_cast<size_t>((p - 1) / bt);
       for (size_t b = 0; b < std::min(max_hits, job.prompt_hashes.size()); ++b) {
         const BlockKey key{job.prompt_hashes[b], b == 0 ? job.root : job.prompt_hashes[b - 1],
                            job.root};
+        bool from_store = false;
         const int32_t block =
-            pool_.lookup(key, std::span<const TokenId>(job.prompt)
-                                  .subspan(b * static_cast<size_t>(bt), static_cast<size_t>(bt)));
+            find_block(job, key,
+                       std::span<const TokenId>(job.prompt)
+                           .subspan(b * static_cast<size_t>(bt), static_cast<size_t>(bt)),
+                       &from_store);
         if (block < 0) break;
         hits.push_back(block);
+        restored += from_store ? 1 : 0;
       }
     }
     const int64_t n = static_cast<int64_t>(hits.size()) * bt;
@@ -280,8 +288,8 @@ void Scheduler::admit() {
     }
     if (prefix_cache_) {
       ++counters_.prefix_lookups;
-      counters_.prefix_hit_blocks += static_cast<int64_t>(hits.size());
-      counters_.prefix_hit_tokens += n;
+      counters_.prefix_hit_blocks += static_cast<int64_t>(hits.size()) - restored;
+      counters_.prefix_hit_tokens += n - restored * bt;
     }
     job.base_logits.assign(static_cast<size_t>(n_vocab_), 0.0f);
     job.base_published = hits.size();
@@ -290,12 +298,58 @@ void Scheduler::admit() {
     if (!job.admitted_once) {
       job.admitted_once = true;
       job.response.usage.cached_tokens = n;
+      job.response.usage.restored_tokens = restored * bt;
       job.first_step = Clock::now();
     }
     job.phase = Job::Phase::Prompt;
     waiting_.erase(waiting_.begin());
     insert_sorted(running_, &job);
     plan_job(job);  // cannot preempt: the blocks were counted above
+  }
+}
+
+// A full block for `key` from the prefix cache, else from the state tiers
+// (copied into the pool and published); -1 when neither has it.
+int32_t Scheduler::find_block(Job& job, const BlockKey& key, std::span<const TokenId> tokens,
+                              bool* restored) {
+  *restored = false;
+  int32_t block = pool_.lookup(key, tokens);
+  if (block < 0 && persist_) {
+    block = persist_->restore(job.tenant, key, tokens);
+    *restored = block >= 0;
+  }
+  return block;
+}
+
+// A sample that has ids to evaluate after the prompt (resumed, or preempted)
+// takes the full blocks of its own tokens from the cache or the tiers
+// instead of recomputing them, up to the block before its last token (whose
+// logits it needs). The prompt's partial last block, copied by the fork, is
+// replaced by the cached full block that continues it: its first positions
+// hold the same bits.
+void Scheduler::extend_sample(Job& job, int i) {
+  if (!prefix_cache_) return;
+  SampleRun& s = job.samples[static_cast<size_t>(i)];
+  const int64_t bt = pool_.layout().block_tokens;
+  const int64_t max_full = (job.total_tokens(s) - 1) / bt;
+  std::vector<TokenId> tokens(static_cast<size_t>(bt));
+  for (auto b = static_cast<int64_t>(s.hashes.size()); b < max_full; ++b) {
+    for (int64_t k = 0; k < bt; ++k) tokens[static_cast<size_t>(k)] = job.token_at(s, b * bt + k);
+    const BlockHash parent = b == 0 ? job.root : s.hashes.back();
+    const BlockKey key{block_hash(parent, tokens), parent, job.root};
+    bool restored = false;
+    const int32_t block = find_block(job, key, tokens, &restored);
+    if (block < 0) return;
+    if (static_cast<size_t>(b) < s.seq.blocks.size()) {
+      pool_.release(s.seq.blocks[static_cast<size_t>(b)]);
+      s.seq.blocks[static_cast<size_t>(b)] = block;
+    } else {
+      s.seq.blocks.push_back(block);
+    }
+    s.hashes.push_back(key.hash);
+    s.seq.n_tokens = static_cast<int32_t>((b + 1) * bt);
+    ++counters_.prefix_hit_blocks;
+    counters_.prefix_hit_tokens += bt;
   }
 }
 
@@ -449,6 +503,7 @@ void Scheduler::finish_sample(Job& job, int i, FinishReason why) {
     e.finish = why;
     job.shared->push(std::move(e));
   }
+  if (persist_ && job.persist) persist_->capture(job, i);
   s.seq.release(pool_);
   s.logits = {};
 }
@@ -486,6 +541,12 @@ void Scheduler::complete(Job& job, Response::Status status, std::string error) {
     s.state.held_shown = s.stop.shown();
     r.samples.push_back(std::move(s.result));
     r.states.push_back(std::move(s.state));
+  }
+  if (status == Response::Status::Ok && persist_ && !job.session.empty()) {
+    Request saved = job.saved;
+    if (!saved.messages.empty()) saved.messages.push_back({"assistant", r.samples[0].text});
+    persist_->save_session(job.tenant, job.session,
+                           run_state_after(saved, r, persist_->fingerprint(), ctx_.n_ctx()));
   }
   switch (status) {
     case Response::Status::Ok:

@@ -33,13 +33,16 @@
 #include "encore/engine.h"
 #include "encore/model.h"
 #include "engine/job.h"
+#include "engine/persist.h"
 
 namespace encore {
 
 class Scheduler {
  public:
+  // persist: the state tiers (null: none); blocks missing from the prefix
+  // cache are looked up there before they are recomputed.
   Scheduler(ForwardContext& ctx, const Tokenizer& tokenizer, int32_t batch_tokens,
-            bool prefix_cache);
+            bool prefix_cache, Persistence* persist);
   ~Scheduler();
 
   // Queues a validated job (submit.cpp: make_job). A job with nothing to do
@@ -76,6 +79,9 @@ class Scheduler {
   void run_step();
   void after_step();
   void publish(Job& job, int sample);
+  int32_t find_block(Job& job, const BlockKey& key, std::span<const TokenId> tokens,
+                     bool* restored);
+  void extend_sample(Job& job, int i);
   void advance(Job& job, int i);
   void finish_sample(Job& job, int i, FinishReason why);
   void release_kv(Job& job);
@@ -87,6 +93,7 @@ class Scheduler {
   const Tokenizer& tok_;
   const int32_t batch_tokens_;
   const bool prefix_cache_;
+  Persistence* const persist_;
   const int n_vocab_;
 
   std::vector<std::unique_ptr<Job>> jobs_;

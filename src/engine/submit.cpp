@@ -100,12 +100,62 @@ void validate_counts(const Request& r, int n_vocab) {
 
 }  // namespace
 
+// A request naming a saved session: without a prompt it becomes that
+// session's continuation (its request and sample states, as a resume); with
+// a text or ids prompt, the prompt is appended to the session's conversation
+// (its prompt and sample 0's ids). Messages are rendered whole as always.
+// False when there is no usable saved session (a fresh start).
+bool Engine::Impl::continue_session(Request& r) {
+  if (!valid_session_id(r.session)) {
+    throw InvalidArgument(fmt::format(
+        "session: '{}' is not a session id ([A-Za-z0-9_.-], 1 to 128 bytes)", r.session));
+  }
+  if (!persist) {
+    throw InvalidArgument(
+        "session: this engine has no state tiers (give it a state directory or a Redis URL)");
+  }
+  std::optional<RunState> saved = persist->load_session(r.tenant, r.session);
+  if (!saved) return false;
+  Request& s = saved->request;
+  if (r.prompt.empty() && r.prompt_ids.empty() && r.messages.empty()) {
+    if (saved->n_ctx != info.n_ctx) {
+      throw InvalidArgument(fmt::format(
+          "session: '{}' ran with context size {}; this engine has {}, which would end it "
+          "elsewhere",
+          r.session, saved->n_ctx, info.n_ctx));
+    }
+    s.max_tokens = r.max_tokens;
+    s.logprobs = std::max(s.logprobs, r.logprobs);
+    s.stream = r.stream;
+    s.tenant = r.tenant;
+    s.priority = r.priority;
+    s.session = r.session;
+    s.persist = r.persist;
+    r = std::move(s);
+    return true;
+  }
+  if (!r.messages.empty()) return true;
+  std::vector<TokenId> ids = s.prompt_ids;
+  if (!s.resume.empty()) ids.insert(ids.end(), s.resume[0].ids.begin(), s.resume[0].ids.end());
+  std::vector<TokenId> added = r.prompt_ids;
+  if (added.empty()) {
+    Tokenizer::EncodeOptions enc;  // mid-conversation: no BOS
+    enc.parse_special = r.parse_special;
+    added = tokenizer->encode(r.prompt, enc);
+  }
+  ids.insert(ids.end(), added.begin(), added.end());
+  r.prompt.clear();
+  r.prompt_ids = std::move(ids);
+  return true;
+}
+
 std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   const int n_vocab = info.n_vocab;
   const int32_t n_ctx = info.n_ctx;
   validate_counts(r, n_vocab);
   auto job = std::make_unique<Job>();
   Response& resp = job->response;
+  if (!r.session.empty()) resp.session_found = continue_session(r);
 
   // The prompt: text, ids or messages.
   const bool chat = !r.messages.empty() || !r.chat_template.empty();
@@ -212,6 +262,18 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   }
 
   job->priority = r.priority;
+  job->tenant = r.tenant;
+  job->session = r.session;
+  job->persist = r.persist || !r.session.empty();
+  if (!r.session.empty()) {  // what the session record keeps of the request
+    job->saved.sampling = r.sampling;
+    job->saved.n = r.n;
+    job->saved.logprobs = r.logprobs;
+    job->saved.stop = r.stop;
+    job->saved.ignore_eos = r.ignore_eos;
+    job->saved.messages = r.messages;  // the answer is added when it is known
+    job->saved.chat_template = r.chat_template;
+  }
   job->max_tokens = r.max_tokens;
   job->logprobs = r.logprobs;
   job->ignore_eos = r.ignore_eos;

@@ -217,6 +217,19 @@ void KvBlockPool::copy_block(int32_t from, int32_t to) {
               data_.get() + static_cast<size_t>(from) * block_bytes_, block_bytes_);
 }
 
+std::span<const uint8_t> KvBlockPool::block_data(int32_t block) const {
+  check_id(block, "block_data");
+  return {data_.get() + static_cast<size_t>(block) * block_bytes_, block_bytes_};
+}
+
+std::span<uint8_t> KvBlockPool::writable_block_data(int32_t block) {
+  if (refcount(block) != 1 || published(block)) {
+    throw std::logic_error(fmt::format(
+        "KvBlockPool::writable_block_data: block {} is shared, free or published", block));
+  }
+  return {data_.get() + static_cast<size_t>(block) * block_bytes_, block_bytes_};
+}
+
 uint8_t* KvBlockPool::layer_base(int32_t block, int layer) const {
   check_id(block, "k/v");
   assert(layer >= 0 && layer < layout_.n_layer);

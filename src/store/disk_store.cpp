@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "store/snapshot.h"
@@ -190,44 +191,12 @@ class DiskStore final : public StoreTier {
     return total;
   }
 
-  // Removes expired records, stale temporaries and, while over the cap,
-  // the least recently used records (down to 90 % of the cap).
   void collect() {
-    struct Entry {
-      std::string path;
-      fs::file_time_type mtime;
-      uint64_t size;
-    };
-    std::vector<Entry> entries;
-    std::error_code ec;
-    const auto now = fs::file_time_type::clock::now();
-    for (auto it = fs::recursive_directory_iterator(o_.dir, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (!it->is_regular_file(ec)) continue;
-      const std::string p = it->path().string();
-      const auto mtime = it->last_write_time(ec);
-      if (p.find(".snap.tmp.") != std::string::npos) {
-        if (now - mtime > std::chrono::minutes(10)) fs::remove(it->path(), ec);  // a crashed write
-        continue;
-      }
-      if (it->path().extension() == ".snap") entries.push_back({p, mtime, it->file_size(ec)});
-    }
-    std::sort(entries.begin(), entries.end(),
-              [](const Entry& a, const Entry& b) { return a.mtime < b.mtime; });
-    uint64_t total = 0;
-    for (const Entry& e : entries) total += e.size;
-    const uint64_t target = o_.max_bytes / 10 * 9;
-    int64_t evicted = 0;
-    for (const Entry& e : entries) {
-      if (total <= target) break;
-      if (fs::remove(e.path, ec)) {
-        total -= e.size;
-        ++evicted;
-      }
-    }
+    const GcResult g = collect_disk_garbage(o_.dir, o_.max_bytes);
+    const uint64_t total = scan_bytes();
     std::lock_guard<std::mutex> lock(mu_);
     total_bytes_ = total;
-    c_.evictions += evicted;
+    c_.evictions += g.removed;
   }
 
   bool remove_file(const std::string& path) {
@@ -285,7 +254,93 @@ class DiskStore final : public StoreTier {
   std::atomic<uint64_t> tmp_counter_{0};
 };
 
+int64_t unix_ms(fs::file_time_type t) {
+  const auto sys = std::chrono::time_point_cast<std::chrono::milliseconds>(
+      t - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
+  return sys.time_since_epoch().count();
+}
+
 }  // namespace
+
+std::vector<DiskRecord> list_disk_records(const std::string& dir, bool verify) {
+  std::vector<DiskRecord> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it->path().extension() != ".snap") continue;
+    DiskRecord r;
+    r.path = it->path().string();
+    r.file_bytes = it->file_size(ec);
+    r.last_used_ms = unix_ms(it->last_write_time(ec));
+    const std::string bytes = [&] {
+      std::ifstream in(r.path, std::ios::binary);
+      std::string b(verify ? r.file_bytes : std::min<uint64_t>(r.file_bytes, 1 << 16), '\0');
+      in.read(b.data(), static_cast<std::streamsize>(b.size()));
+      b.resize(static_cast<size_t>(in.gcount()));
+      return b;
+    }();
+    StoreMiss why{};
+    std::string detail;
+    if (const std::optional<store::RecordHeader> h = store::parse_header(bytes, &why, &detail)) {
+      r.key = h->key;
+      r.created_ms = h->created_ms;
+      r.expires_ms = h->expires_ms;
+      r.payload_bytes = h->payload_bytes;
+      if (verify) {
+        const store::Decoded d = store::decode_record(bytes, h->key, store::unix_ms_now(),
+                                                      std::max<uint64_t>(h->payload_bytes, 1));
+        if (!d.payload) {
+          r.problem = d.why;
+          r.detail = d.detail;
+        }
+      } else if (h->expires_ms != 0 && h->expires_ms <= store::unix_ms_now()) {
+        r.problem = StoreMiss::Expired;
+        r.detail = "expired";
+      }
+    } else {
+      r.problem = why;
+      r.detail = detail;
+    }
+    out.push_back(std::move(r));
+  }
+  std::sort(out.begin(), out.end(), [](const DiskRecord& a, const DiskRecord& b) {
+    return a.last_used_ms < b.last_used_ms;
+  });
+  return out;
+}
+
+GcResult collect_disk_garbage(const std::string& dir, uint64_t max_bytes, bool verify) {
+  GcResult g;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const std::string p = it->path().string();
+    if (p.find(".snap.tmp.") != std::string::npos &&
+        now - it->last_write_time(ec) > std::chrono::minutes(10)) {
+      const uint64_t size = it->file_size(ec);
+      if (fs::remove(it->path(), ec)) {  // an interrupted write
+        ++g.removed;
+        g.bytes_freed += size;
+      }
+    }
+  }
+  std::vector<DiskRecord> records = list_disk_records(dir, verify);
+  uint64_t total = 0;
+  for (const DiskRecord& r : records) total += r.file_bytes;
+  const uint64_t target = max_bytes / 10 * 9;
+  const bool over = total > max_bytes;
+  for (const DiskRecord& r : records) {  // oldest use first
+    if (!r.problem && !(over && total > target)) continue;
+    if (fs::remove(r.path, ec)) {
+      ++g.removed;
+      g.bytes_freed += r.file_bytes;
+      total -= r.file_bytes;
+    }
+  }
+  return g;
+}
 
 std::unique_ptr<StoreTier> open_disk_store(const DiskStoreOptions& options) {
   return std::make_unique<DiskStore>(options);

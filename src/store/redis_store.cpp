@@ -13,6 +13,7 @@
 #include <hiredis/hiredis.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
@@ -270,6 +271,54 @@ class RedisStore final : public StoreTier {
 
 std::unique_ptr<StoreTier> open_redis_store(const RedisStoreOptions& options) {
   return std::make_unique<RedisStore>(options);
+}
+
+}  // namespace encore
+
+namespace encore {
+
+std::vector<RedisRecord> list_redis_records(const std::string& url) {
+  const Url u = parse_url(url);
+  std::unique_ptr<redisContext, ContextFree> c(
+      redisConnectWithTimeout(u.host.c_str(), u.port, to_timeval(std::chrono::milliseconds(2000))));
+  if (!c || c->err) {
+    throw StoreError(fmt::format("redis {}: {}", url, c ? c->errstr : "cannot connect"));
+  }
+  redisSetTimeout(c.get(), to_timeval(std::chrono::milliseconds(5000)));
+  auto command = [&](const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string& a : args) {
+      argv.push_back(a.c_str());
+      lens.push_back(a.size());
+    }
+    Reply r(static_cast<redisReply*>(
+        redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+      throw StoreError(fmt::format("redis {}: {}", url, r ? r->str : c->errstr));
+    }
+    return r;
+  };
+  if (u.db != 0) command({"SELECT", std::to_string(u.db)});
+  std::vector<RedisRecord> out;
+  std::string cursor = "0";
+  do {
+    Reply r = command({"SCAN", cursor, "MATCH", "encore:v1:*", "COUNT", "1000"});
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw StoreError("redis: bad SCAN reply");
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    for (size_t i = 0; i < r->element[1]->elements; ++i) {
+      const redisReply* k = r->element[1]->element[i];
+      out.push_back({std::string(k->str, k->len), 0, -1});
+    }
+  } while (cursor != "0");
+  for (RedisRecord& rec : out) {
+    rec.bytes = command({"STRLEN", rec.key})->integer;
+    const long long ttl = command({"PTTL", rec.key})->integer;
+    rec.ttl_ms = ttl >= 0 ? ttl : -1;
+  }
+  std::sort(out.begin(), out.end(),
+            [](const RedisRecord& a, const RedisRecord& b) { return a.key < b.key; });
+  return out;
 }
 
 }  // namespace encore

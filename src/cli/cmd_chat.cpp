@@ -1,0 +1,212 @@
+// `encore chat`: a multi-turn conversation in the terminal through the
+// model's chat template, streaming each answer. Every turn sends the whole
+// conversation; the engine's prefix cache (and, with --session, the state
+// tiers) supplies the KV of the turns before, so only the new text is
+// evaluated. Commands: /save [NAME], /reset, /exit (or end of input);
+// Ctrl-C stops the current answer (and, at the prompt, exits).
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cli/commands.h"
+#include "encore/engine.h"
+#include "encore/error.h"
+
+namespace encore::cli {
+namespace {
+
+struct ChatArgs {
+  std::string model;
+  std::string session;
+  std::string state_dir;
+  std::string redis;
+  std::string system;
+  std::string chat_template;
+  std::optional<uint64_t> seed;
+  SamplingParams sampling;
+  int32_t n_predict = -1;
+  int32_t ctx_size = 0;
+  int threads = 0;
+  double kv_mem_mib = 0;
+  std::string kv_type = "f16";
+  bool mmap = false;
+};
+
+// Set by SIGINT. A signal handler can only talk through such a flag: the one
+// piece of process-wide state, and it belongs to this command's loop.
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted = true; }
+
+std::vector<ChatMessage> fresh_conversation(const ChatArgs& a) {
+  std::vector<ChatMessage> m;
+  if (!a.system.empty()) m.push_back({"system", a.system});
+  return m;
+}
+
+void run_chat(const ChatArgs& a) {
+  EngineOptions o;
+  o.model_path = a.model;
+  o.mmap = a.mmap;
+  o.threads = a.threads;
+  o.n_ctx = a.ctx_size;
+  o.kv_type = parse_kv_type(a.kv_type);
+  o.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
+  o.state_dir = a.state_dir;
+  o.redis_url = a.redis;
+  if (!a.session.empty() && o.state_dir.empty() && o.redis_url.empty()) {
+    o.state_dir = default_state_dir();
+  }
+  o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
+  const std::unique_ptr<Engine> engine = Engine::open(o);
+  const EngineInfo& info = engine->info();
+  const bool tty = isatty(STDIN_FILENO) != 0;
+
+  std::vector<ChatMessage> messages = fresh_conversation(a);
+  if (!a.session.empty()) {
+    const std::optional<RunState> saved = engine->load_session("", a.session);
+    if (saved && !saved->request.messages.empty()) {
+      messages = saved->request.messages;
+      fmt::print(stderr, "chat: session {} continued ({} messages)\n", a.session, messages.size());
+    } else {
+      fmt::print(stderr, "chat: session {} started\n", a.session);
+    }
+  }
+  if (info.synthetic) fmt::print(stderr, "note: random weights: the answers are noise\n");
+  if (tty) fmt::print(stderr, "commands: /save [NAME], /reset, /exit; Ctrl-C stops an answer\n");
+
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;  // no SA_RESTART: a read at the prompt returns
+  sigaction(SIGINT, &sa, nullptr);
+
+  std::optional<Response> last;
+  std::optional<Request> last_request;
+  int turn = 0;
+  for (;;) {
+    if (tty) {
+      fmt::print("> ");
+      std::fflush(stdout);
+    }
+    std::string line;
+    g_interrupted = false;
+    if (!std::getline(std::cin, line)) break;  // end of input, or Ctrl-C at the prompt
+    if (line == "/exit") break;
+    if (line == "/reset") {
+      messages = fresh_conversation(a);
+      fmt::print(stderr, "(conversation reset)\n");
+      continue;
+    }
+    if (line == "/save" || line.rfind("/save ", 0) == 0) {
+      const std::string name = line.size() > 6 ? line.substr(6) : a.session;
+      if (name.empty() || !last) {
+        fmt::print(stderr, "(nothing to save{})\n",
+                   name.empty() ? ": give a name, /save NAME" : "");
+        continue;
+      }
+      try {
+        Request kept = *last_request;
+        kept.messages = messages;
+        engine->save_session("", name,
+                             run_state_after(kept, *last, info.system_fingerprint, info.n_ctx));
+        engine->drain();
+        fmt::print(stderr, "(saved as session {})\n", name);
+      } catch (const Error& e) {
+        fmt::print(stderr, "(not saved: {})\n", e.what());
+      }
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({"user", line});
+    Request r;
+    r.messages = messages;
+    r.chat_template = a.chat_template;
+    r.sampling = a.sampling;
+    if (a.seed) r.seed = *a.seed + static_cast<uint64_t>(turn);  // one seed per turn, reported
+    r.max_tokens = a.n_predict;
+    r.stream = true;
+    r.session = a.session;
+    RequestHandle h = engine->submit(r);
+    while (const std::optional<Event> e = h.next()) {
+      if (g_interrupted) h.cancel();
+      fmt::print("{}", e->text);
+      std::fflush(stdout);
+    }
+    const Response& resp = h.wait();
+    if (resp.status == Response::Status::Failed) throw ModelError(resp.error);
+    fmt::print("\n");
+    std::fflush(stdout);
+    messages.push_back({"assistant", resp.samples[0].text});
+    if (resp.status == Response::Status::Cancelled) {
+      fmt::print(stderr, "(stopped)\n");
+      if (!a.session.empty()) {  // the engine saves only finished turns: keep this one too
+        Request kept = r;
+        kept.messages = messages;
+        engine->save_session("", a.session,
+                             run_state_after(kept, resp, info.system_fingerprint, info.n_ctx));
+      }
+    }
+    fmt::print(stderr, "(turn {}: {} prompt tokens, {} from cache, {} generated, seed {})\n",
+               turn + 1, resp.usage.prompt_tokens, resp.usage.cached_tokens,
+               resp.usage.generated_tokens, resp.seed);
+    last = resp;
+    last_request = r;
+    ++turn;
+  }
+  signal(SIGINT, SIG_DFL);
+  engine->drain();
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+  auto args = std::make_shared<ChatArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "chat", "Chat in the terminal through the model's chat template (multi-turn)");
+  sub->add_option("-m,--model", args->model, "Model .gguf")->required();
+  sub->add_option("--session", args->session,
+                  "Continue (and keep saving) the conversation NAME across processes")
+      ->type_name("NAME");
+  sub->add_option("--state-dir", args->state_dir,
+                  "Where sessions live (default with --session: $XDG_CACHE_HOME/encore)")
+      ->type_name("DIR");
+  sub->add_option("--redis", args->redis, "Also keep sessions in Redis: redis://HOST:PORT[/DB]")
+      ->type_name("URL");
+  sub->add_option("--system", args->system, "System message of a new conversation");
+  sub->add_option("--chat-template", args->chat_template,
+                  "Chat template family instead of the model's: " + chat_template_names())
+      ->type_name("NAME");
+  sub->add_option("--seed", args->seed, "Seed of the first answer (turn k: seed + k)");
+  sub->add_option("--temp", args->sampling.temp, "Temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  sub->add_option("--top-k", args->sampling.top_k, "Top-k (0: off)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  sub->add_option("--top-p", args->sampling.top_p, "Top-p (1: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--min-p", args->sampling.min_p, "Min-p (0: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--repeat-penalty", args->sampling.repeat_penalty, "Repetition penalty")
+      ->check(CLI::Range(1e-6, 1e6))
+      ->capture_default_str();
+  sub->add_option("-n,--n-predict", args->n_predict, "Most tokens per answer (-1: no limit)")
+      ->check(CLI::Range(-1, 1 << 30));
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context size (0: model's, at most 4096)")
+      ->check(CLI::Range(0, kMaxContext));
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-mem", args->kv_mem_mib, "KV cache budget in MiB")
+      ->check(CLI::Range(0.0, 16777216.0));
+  sub->add_option("--kv-type", args->kv_type, "KV cache element type: f16 (default) or f32");
+  sub->add_flag("--mmap,!--no-mmap", args->mmap, "Map the weights instead of reading them");
+  sub->callback([args] { run_chat(*args); });
+}
+
+}  // namespace encore::cli

@@ -1,0 +1,257 @@
+#include "engine/persist.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "encore/error.h"
+#include "engine/job.h"
+
+namespace encore {
+namespace {
+
+constexpr uint32_t kBlockMagic = 0x4b4c4245;  // "EBLK" little-endian
+constexpr uint32_t kBlockVersion = 1;
+constexpr size_t kBlockFixed = 4 * 6 + 16 + 16;  // six u32, parent, root
+
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+uint64_t get_le(std::string_view b, size_t at, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
+  return v;
+}
+
+std::string block_name(const BlockHash& h) {
+  return fmt::format("block/{:016x}{:016x}", h.hi, h.lo);
+}
+
+// The layout fields a block record must agree on (besides its key).
+uint32_t layout_word(const KvLayout& l, int which) {
+  switch (which) {
+    case 0:
+      return static_cast<uint32_t>(l.block_tokens);
+    case 1:
+      return static_cast<uint32_t>(l.n_layer);
+    case 2:
+      return static_cast<uint32_t>(l.row_elems());
+    default:
+      return static_cast<uint32_t>(l.elem_type);
+  }
+}
+
+}  // namespace
+
+bool valid_session_id(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Persistence::Persistence(std::unique_ptr<TieredStore> store, std::string system_fingerprint,
+                         KvBlockPool& pool, std::chrono::milliseconds ttl, StoreLog log)
+    : store_(std::move(store)),
+      fingerprint_(std::move(system_fingerprint)),
+      pool_(pool),
+      ttl_(ttl),
+      log_(std::move(log)) {
+  writer_ = std::thread([this] { writer_main(); });
+}
+
+Persistence::~Persistence() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  writer_.join();
+}
+
+StoreKey Persistence::key(const std::string& tenant, std::string name) const {
+  return StoreKey{fingerprint_, tenant, std::move(name)};
+}
+
+int32_t Persistence::restore(const std::string& tenant, const BlockKey& bk,
+                             std::span<const int32_t> tokens) {
+  const std::optional<TieredStore::Hit> hit = store_->get(key(tenant, block_name(bk.hash)), ttl_);
+  if (!hit) return -1;
+  const std::string_view p = hit->payload;
+  const KvLayout& l = pool_.layout();
+  const size_t bt = static_cast<size_t>(l.block_tokens);
+  const size_t want = kBlockFixed + 4 * bt + l.block_bytes();
+  std::string why;
+  if (p.size() != want) {
+    why = fmt::format("{} bytes, a block of this layout has {}", p.size(), want);
+  } else if (get_le(p, 0, 4) != kBlockMagic || get_le(p, 4, 4) != kBlockVersion) {
+    why = "not a KV block record of this version";
+  } else {
+    for (int w = 0; w < 4 && why.empty(); ++w) {
+      if (get_le(p, 8 + 4 * static_cast<size_t>(w), 4) != layout_word(l, w)) {
+        why = "another KV layout";
+      }
+    }
+    const BlockHash parent{get_le(p, 24, 8), get_le(p, 32, 8)};
+    const BlockHash root{get_le(p, 40, 8), get_le(p, 48, 8)};
+    if (why.empty() && (!(parent == bk.parent) || !(root == bk.root))) why = "another prefix";
+    for (size_t i = 0; i < bt && why.empty(); ++i) {
+      if (static_cast<int32_t>(get_le(p, kBlockFixed + 4 * i, 4)) != tokens[i]) {
+        why = "other token ids";
+      }
+    }
+  }
+  if (!why.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++c_.block_fallbacks;
+    }
+    if (log_)
+      log_(fmt::format("state: ignoring {} from {} ({}); recomputing it", block_name(bk.hash),
+                       hit->tier, why));
+    return -1;
+  }
+  int32_t block = -1;
+  try {
+    block = pool_.allocate();
+  } catch (const ResourceExhausted&) {
+    return -1;  // the pool is full of blocks in use: recompute later
+  }
+  const std::span<uint8_t> dst = pool_.writable_block_data(block);
+  std::memcpy(dst.data(), p.data() + kBlockFixed + 4 * bt, dst.size());
+  pool_.publish(block, bk, tokens);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++c_.blocks_restored;
+  ++c_.restored_from[hit->tier == "redis" ? 1 : 0];
+  return block;
+}
+
+void Persistence::capture(const Job& job, int i) {
+  const SampleRun& s = job.samples[static_cast<size_t>(i)];
+  const KvLayout& l = pool_.layout();
+  const int bt = l.block_tokens;
+  Write w;
+  for (size_t b = 0; b < s.hashes.size() && b < s.seq.blocks.size(); ++b) {
+    std::string name = block_name(s.hashes[b]);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (written_.size() > (1u << 20)) written_.clear();
+      if (!written_.insert(name).second) continue;
+    }
+    const BlockHash parent = b == 0 ? job.root : s.hashes[b - 1];
+    std::string p;
+    p.reserve(kBlockFixed + 4 * static_cast<size_t>(bt) + l.block_bytes());
+    put_u32(p, kBlockMagic);
+    put_u32(p, kBlockVersion);
+    for (int word = 0; word < 4; ++word) put_u32(p, layout_word(l, word));
+    put_u64(p, parent.lo);
+    put_u64(p, parent.hi);
+    put_u64(p, job.root.lo);
+    put_u64(p, job.root.hi);
+    for (int k = 0; k < bt; ++k) {
+      put_u32(p, static_cast<uint32_t>(job.token_at(s, static_cast<int64_t>(b) * bt + k)));
+    }
+    const std::span<const uint8_t> data = pool_.block_data(s.seq.blocks[b]);
+    p.append(reinterpret_cast<const char*>(data.data()), data.size());
+    w.items.emplace_back(key(job.tenant, std::move(name)), std::move(p));
+  }
+  if (w.items.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c_.blocks_saved += static_cast<int64_t>(w.items.size());
+  }
+  enqueue(std::move(w));
+}
+
+void Persistence::save_session(const std::string& tenant, const std::string& session,
+                               const RunState& state) {
+  Write w;
+  w.items.emplace_back(key(tenant, "session/" + session), run_state_json(state));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++c_.sessions_saved;
+  }
+  enqueue(std::move(w));
+}
+
+std::optional<RunState> Persistence::load_session(const std::string& tenant,
+                                                  const std::string& session) {
+  const std::optional<TieredStore::Hit> hit = store_->get(key(tenant, "session/" + session), ttl_);
+  if (!hit) return std::nullopt;
+  try {
+    RunState s = parse_run_state(hit->payload, "session " + session);
+    if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");
+    std::lock_guard<std::mutex> lock(mu_);
+    ++c_.sessions_loaded;
+    return s;
+  } catch (const InvalidArgument& e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++c_.session_fallbacks;
+    }
+    if (log_)
+      log_(fmt::format("state: ignoring session {} from {}: {}", session, hit->tier, e.what()));
+    return std::nullopt;
+  }
+}
+
+void Persistence::enqueue(Write w) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(w));
+  }
+  wake_.notify_all();
+}
+
+void Persistence::writer_main() {
+  for (;;) {
+    Write w;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping with nothing left to write
+      w = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+    }
+    try {
+      store_->put_many(w.items, ttl_);
+    } catch (const StoreError& e) {
+      // What failed is recomputed when needed; tell it (the tiers count it).
+      if (log_) log_(fmt::format("state: {}", e.what()));
+      std::lock_guard<std::mutex> lock(mu_);
+      ++c_.write_errors;
+      for (const auto& item : w.items) written_.erase(item.first.name);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+    }
+    idle_.notify_all();
+  }
+}
+
+void Persistence::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+PersistCounters Persistence::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return c_;
+}
+
+std::vector<std::pair<std::string, StoreCounters>> Persistence::tier_counters() const {
+  std::vector<std::pair<std::string, StoreCounters>> v;
+  for (const auto& t : store_->tiers()) v.emplace_back(std::string(t->name()), t->counters());
+  return v;
+}
+
+}  // namespace encore

@@ -1,0 +1,103 @@
+// The engine's use of the persistent tiers (store.h): KV blocks restored
+// into the pool instead of recomputed, and, for requests that ask for it,
+// their blocks and session records written out.
+//
+// A block record ("block/<hash>", under the system fingerprint and the
+// tenant) holds the pool layout, the block's parent hash and chain root, its
+// token ids and its bytes; a restore checks every one of them against what
+// the asking sequence expects, so a record can only stand in for the exact
+// K/V bits a recompute would write (docs/invariance.md). Anything else is a
+// fallback: logged, counted, recomputed.
+//
+// Threads: restore() and capture() run on the scheduler thread (they touch
+// the pool); writes go through a queue to one writer thread, so no step
+// waits for a disk or Redis. flush() waits for the queue to empty.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "encore/kv_cache.h"
+#include "encore/run_state.h"
+#include "encore/store.h"
+
+namespace encore {
+
+struct Job;
+
+struct PersistCounters {
+  int64_t blocks_restored = 0;
+  int64_t blocks_saved = 0;     // queued for writing
+  int64_t block_fallbacks = 0;  // a record was found but did not match (recomputed)
+  int64_t sessions_saved = 0;
+  int64_t sessions_loaded = 0;
+  int64_t session_fallbacks = 0;  // a session record that could not be used
+  int64_t write_errors = 0;
+  int64_t restored_from[2] = {};  // by tier: [0] first (disk), [1] second (Redis)
+};
+
+class Persistence {
+ public:
+  // Owns the tiers; starts the writer thread.
+  Persistence(std::unique_ptr<TieredStore> store, std::string system_fingerprint, KvBlockPool& pool,
+              std::chrono::milliseconds ttl, StoreLog log);
+  ~Persistence();  // writes what is queued, then stops
+  Persistence(const Persistence&) = delete;
+  Persistence& operator=(const Persistence&) = delete;
+
+  // A block for `key` and `tokens` from the tiers, copied into a fresh pool
+  // block and published in the prefix cache; -1 if none (or no free block).
+  int32_t restore(const std::string& tenant, const BlockKey& key, std::span<const int32_t> tokens);
+  // Queues the full blocks of sample i of `job` (those not written before)
+  // for writing. Called before the sample's blocks are released.
+  void capture(const Job& job, int i);
+  // Queues the session record of `job` after its blocks.
+  void save_session(const std::string& tenant, const std::string& session, const RunState& state);
+  // The session record, or nullopt (none, or unusable: logged, counted).
+  std::optional<RunState> load_session(const std::string& tenant, const std::string& session);
+  // Blocks until every queued write is done (or failed).
+  void flush();
+
+  PersistCounters counters() const;
+  const std::string& fingerprint() const { return fingerprint_; }
+  std::vector<std::pair<std::string, StoreCounters>> tier_counters() const;
+
+ private:
+  struct Write {
+    std::vector<std::pair<StoreKey, std::string>> items;
+  };
+  void writer_main();
+  void enqueue(Write w);
+  StoreKey key(const std::string& tenant, std::string name) const;
+
+  std::unique_ptr<TieredStore> store_;
+  const std::string fingerprint_;
+  KvBlockPool& pool_;
+  const std::chrono::milliseconds ttl_;
+  StoreLog log_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::deque<Write> queue_;
+  bool writing_ = false;
+  bool stop_ = false;
+  PersistCounters c_;
+  // Blocks this process has already queued (content-addressed: writing one
+  // again would store the same bytes). Bounded: cleared past 1M entries.
+  std::unordered_set<std::string> written_;
+  std::thread writer_;
+};
+
+// Valid session ids: [A-Za-z0-9_.-], 1 to 128 bytes.
+bool valid_session_id(std::string_view id);
+
+}  // namespace encore

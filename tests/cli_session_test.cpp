@@ -1,0 +1,223 @@
+// Sessions through the real binary, each step a new process: `encore run
+// --session` continues a generation exactly after a restart (from the disk,
+// from Redis, or recomputed when the state is damaged or flushed), a full
+// disk loses nothing that was committed, `encore chat` continues a
+// conversation in another process with the same answers, and `encore cache`
+// lists, verifies, collects and removes what was saved.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+#include "cli_runner.h"
+#include "redis_server.h"
+#include "shared_data.h"
+
+namespace encore::test {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+const Args kSampling = {"--temp", "1.0", "--top-k", "0", "--top-p", "1", "--min-p", "0"};
+
+long restored(const std::string& err, const std::string& tier) {
+  std::smatch m;
+  if (!std::regex_search(err, m, std::regex("(\\d+) " + tier))) return -1;
+  return std::stol(m[1]);
+}
+
+class CliSession : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ENCORE_SHARED_FILE(path, "models/stories260K.gguf");
+    model_ = path;
+  }
+  Json run(const Args& args, std::string* err = nullptr) {
+    const CliResult r = run_encore(Args{"run", "-m", model_, "--json"} + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    if (err) *err = r.err;
+    return r.exit_code == 0 ? Json::parse(r.out) : Json::object();
+  }
+  Args state() const { return {"--state-dir", dir_.file("state")}; }
+  Json ids(const Json& j) const { return j.value("ids", Json::array()); }
+  // The session's first 15 tokens, then 25 more in a new process.
+  Json continued(const Args& where, const std::string& name, std::string* err = nullptr) {
+    const Json a =
+        run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "15", "--session", name} +
+            kSampling + where);
+    const Json b = run(Args{"-n", "25", "--session", name} + where, err);
+    Json all = ids(a);
+    for (const Json& id : ids(b)) all.push_back(id);
+    EXPECT_EQ(b.value("seed", 0), 7) << "the continuation uses the session's seed";
+    return all;
+  }
+  std::string model_;
+  TempDir dir_;
+};
+
+TEST_F(CliSession, ContinuesExactlyInANewProcessFromTheDisk) {
+  const Json whole =
+      ids(run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "40"} + kSampling));
+  const Json other =
+      ids(run(Args{"-p", "Once upon a time", "--seed", "8", "-n", "40"} + kSampling));
+  ASSERT_NE(whole, other);
+  std::string err;
+  EXPECT_EQ(continued(state(), "story", &err), whole);
+  EXPECT_GT(restored(err, "KV blocks restored \\("), 0) << err;
+  EXPECT_NE(err.find("session continued"), std::string::npos) << err;
+}
+
+TEST_F(CliSession, DamagedStateIsRecomputedWithTheSameOutput) {
+  const Json whole =
+      ids(run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "40"} + kSampling));
+  run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "15", "--session", "s"} + kSampling +
+      state());
+  int n = 0;
+  for (const auto& f : fs::recursive_directory_iterator(dir_.file("state"))) {
+    if (f.path().extension() != ".snap") continue;
+    std::string bytes = read_file(f.path().string());
+    if (bytes.size() < 200 || bytes.find("session/") != std::string::npos) continue;  // blocks
+    bytes[bytes.size() - 5] ^= 1;
+    std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << bytes;
+    ++n;
+  }
+  ASSERT_GT(n, 0);
+  std::string err;
+  const Json b = run(Args{"-n", "25", "--session", "s"} + state(), &err);
+  Json all = ids(run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "15"} + kSampling));
+  for (const Json& id : ids(b)) all.push_back(id);
+  EXPECT_EQ(all, whole);
+  EXPECT_NE(err.find("will be recomputed"), std::string::npos) << err;
+}
+
+// A write that fails (a file size limit standing in for a full disk) is a
+// clear message; the request succeeds and the session saved before stays.
+TEST_F(CliSession, AFullDiskLosesNothingCommitted) {
+  run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "15", "--session", "s"} + kSampling +
+      state());
+  // Output through a pipe: the limit applies to files only.
+  const std::string cmd = "ulimit -f 1; XDG_CACHE_HOME=" + shell_quote(dir_.file("x")) + " " +
+                          shell_quote(ENCORE_BINARY) + " run -m " + shell_quote(model_) +
+                          " --json -n 10 --session s --state-dir " +
+                          shell_quote(dir_.file("state")) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("File too large"), std::string::npos) << out;
+  // The session still holds what was committed before: the same 10 tokens come again.
+  const Json again = run(Args{"-n", "10", "--session", "s"} + state());
+  const Json first = run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "25"} + kSampling);
+  const Json first_ids = ids(first);
+  const Json tail(std::vector<Json>(first_ids.begin() + 15, first_ids.end()));
+  EXPECT_EQ(ids(again), tail);
+}
+
+TEST_F(CliSession, TwoProcessesShareOneRedisAndAFlushOnlyCostsTime) {
+  RedisServer redis;
+  const Json whole =
+      ids(run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "40"} + kSampling));
+  std::string err;
+  EXPECT_EQ(continued({"--redis", redis.url()}, "shared", &err), whole);
+  EXPECT_GT(restored(err, "redis\\)"), 0) << "nothing restored from Redis: " << err;
+  EXPECT_NE(err.find("session continued"), std::string::npos) << err;
+  // Flushed between the turns: the session is gone, a fresh start follows.
+  run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "15", "--session", "f"} + kSampling +
+      Args{"--redis", redis.url()});
+  redis.cli("FLUSHALL");
+  const Json fresh = run(Args{"-n", "5", "--session", "f", "--redis", redis.url()}, &err);
+  EXPECT_NE(err.find("session started"), std::string::npos) << err;
+}
+
+TEST_F(CliSession, ChatContinuesInAnotherProcessWithTheSameAnswers) {
+  const std::string in2 = dir_.file("two.txt"), in_a = dir_.file("a.txt"),
+                    in_b = dir_.file("b.txt");
+  std::ofstream(in2) << "Hi there\nTell me about the dog\n/exit\n";
+  std::ofstream(in_a) << "Hi there\n";
+  std::ofstream(in_b) << "Tell me about the dog\n";
+  auto chat = [&](const std::string& input, const Args& extra) {
+    const std::string cmd = "XDG_CACHE_HOME=" + shell_quote(dir_.file("x")) + " " +
+                            shell_quote(ENCORE_BINARY) + " chat -m " + shell_quote(model_) +
+                            " --chat-template chatml -n 12 --temp 1 " +
+                            [&] {
+                              std::string s;
+                              for (const std::string& e : extra) s += shell_quote(e) + " ";
+                              return s;
+                            }() +
+                            "< " + shell_quote(input) + " 2>" + shell_quote(dir_.file("cerr"));
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << read_file(dir_.file("cerr"));
+    return out;
+  };
+  const std::string both = chat(in2, {"--seed", "5"});
+  const std::string first = chat(in_a, Args{"--seed", "5", "--session", "c"} + state());
+  const std::string second = chat(in_b, Args{"--seed", "6", "--session", "c"} + state());
+  EXPECT_EQ(first + second, both) << "a chat continued in a new process answers differently";
+  EXPECT_NE(read_file(dir_.file("cerr")).find("continued (2 messages)"), std::string::npos)
+      << read_file(dir_.file("cerr"));
+  const std::string other = chat(in2, {"--seed", "9"});
+  EXPECT_NE(other, both);
+}
+
+TEST_F(CliSession, CacheListsVerifiesCollectsAndRemoves) {
+  run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "40", "--session", "s"} + kSampling +
+      state());
+  const Args d = state();
+  CliResult ls = run_encore(Args{"cache", "ls"} + d);
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_NE(ls.out.find("session/s"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("block/"), std::string::npos) << ls.out;
+  EXPECT_EQ(run_encore(Args{"cache", "verify"} + d).exit_code, 0);
+  // Damage one record: verify fails and names it, gc removes it.
+  for (const auto& f : fs::recursive_directory_iterator(dir_.file("state"))) {
+    if (f.path().extension() != ".snap") continue;
+    std::string bytes = read_file(f.path().string());
+    bytes[bytes.size() - 1] ^= 1;
+    std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << bytes;
+    break;
+  }
+  const CliResult bad = run_encore(Args{"cache", "verify"} + d);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.out.find("corrupt"), std::string::npos) << bad.out;
+  EXPECT_NE(run_encore(Args{"cache", "gc"} + d).out.find("removed 1 file"), std::string::npos);
+  EXPECT_EQ(run_encore(Args{"cache", "verify"} + d).exit_code, 0);
+  const CliResult st = run_encore(Args{"cache", "stats"} + d);
+  EXPECT_NE(st.out.find("session"), std::string::npos) << st.out;
+  EXPECT_NE(run_encore(Args{"cache", "rm", "--all"} + d).out.find("removed"), std::string::npos);
+  EXPECT_EQ(run_encore(Args{"cache", "ls"} + d).out.find("block/"), std::string::npos);
+}
+
+// With a state directory, --save-state also writes the KV blocks, and
+// --resume restores them instead of recomputing: the same continuation.
+TEST_F(CliSession, ResumeRestoresTheKvFromTheStateDirectory) {
+  const Json whole =
+      ids(run(Args{"-p", "Once upon a time", "--seed", "3", "-n", "50"} + kSampling));
+  const std::string file = dir_.file("s.json");
+  const Json a =
+      run(Args{"-p", "Once upon a time", "--seed", "3", "-n", "30", "--save-state", file} +
+          kSampling + state());
+  std::string err;
+  const Json b = run(Args{"--resume", file, "-n", "20"} + state(), &err);
+  Json all = ids(a);
+  for (const Json& id : ids(b)) all.push_back(id);
+  EXPECT_EQ(all, whole);
+  EXPECT_GT(restored(err, "KV blocks restored \\("), 0) << err;
+  // Without the directory the same continuation is recomputed.
+  std::string err2;
+  const Json c = run(Args{"--resume", file, "-n", "20"}, &err2);
+  EXPECT_EQ(ids(c), ids(b));
+  EXPECT_EQ(err2.find("KV blocks restored"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace encore::test

@@ -1,0 +1,346 @@
+// Sessions and KV snapshots through the engine (state tiers of store.h):
+// outputs are identical whether the KV came from the prefix cache, the disk,
+// Redis, or was recomputed after the state was lost, damaged, flushed or
+// made by another model; a session continues exactly in a new engine (a
+// restart); tenants never see each other's state.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_runner.h"
+#include "encore/engine.h"
+#include "encore/gguf.h"
+#include "redis_server.h"
+#include "synth_test_util.h"
+
+namespace encore {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<const gguf::File> model_file(const std::string& preset, DType type) {
+  return std::make_shared<const gguf::File>(
+      gguf::File::from_bytes(test::synth_bytes(preset, type), preset + ".gguf"));
+}
+
+std::vector<TokenId> prompt_of(int n, int salt) {
+  std::vector<TokenId> ids = {1};
+  for (int i = 1; i < n; ++i) ids.push_back(3 + (i * 37 + salt * 101) % 500);
+  return ids;
+}
+
+Request request(std::vector<TokenId> prompt, uint64_t seed, int32_t max_tokens) {
+  Request r;
+  r.prompt_ids = std::move(prompt);
+  r.seed = seed;
+  r.max_tokens = max_tokens;
+  r.sampling.temp = 1.0f;
+  r.sampling.top_k = 0;
+  r.sampling.top_p = 1.0f;
+  r.sampling.min_p = 0.0f;
+  r.logprobs = 1;
+  r.n = 2;
+  return r;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+::testing::AssertionResult same_output(const Response& a, const Response& b) {
+  if (a.status != Response::Status::Ok || b.status != Response::Status::Ok) {
+    return ::testing::AssertionFailure() << "not ok: " << a.error << b.error;
+  }
+  if (a.samples.size() != b.samples.size()) return ::testing::AssertionFailure() << "n differs";
+  for (size_t i = 0; i < a.samples.size(); ++i) {
+    const SampleResult &x = a.samples[i], &y = b.samples[i];
+    if (x.ids != y.ids || x.text != y.text || x.finish != y.finish ||
+        x.logprobs.size() != y.logprobs.size()) {
+      return ::testing::AssertionFailure() << "sample " << i << " differs";
+    }
+    for (size_t t = 0; t < x.logprobs.size(); ++t) {
+      if (!same_bits(x.logprobs[t].chosen.logprob, y.logprobs[t].chosen.logprob)) {
+        return ::testing::AssertionFailure() << "sample " << i << " logprob " << t;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The ids of a whole generation paused and continued: first + rest.
+std::vector<TokenId> joined(const Response& first, const Response& rest, size_t i) {
+  std::vector<TokenId> ids = first.samples[i].ids;
+  ids.insert(ids.end(), rest.samples[i].ids.begin(), rest.samples[i].ids.end());
+  return ids;
+}
+
+class EngineState : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { file_ = new auto(model_file("tiny", DType::Q8_0)); }
+  static void TearDownTestSuite() { delete file_; }
+
+  std::unique_ptr<Engine> open(const std::string& state_dir, const std::string& redis = "",
+                               std::shared_ptr<const gguf::File> file = nullptr) {
+    EngineOptions o;
+    o.threads = 2;
+    o.n_ctx = 256;
+    o.kv_bytes = 8 << 20;
+    o.state_dir = state_dir;
+    o.redis_url = redis;
+    o.fingerprint_cache_dir = "/nonexistent";
+    o.log = [this](std::string_view l) { log_.emplace_back(l); };
+    return Engine::open(file ? file : *file_, o);
+  }
+  std::string dir() const { return tmp_.file("state"); }
+
+  static std::shared_ptr<const gguf::File>* file_;
+  test::TempDir tmp_;
+  std::vector<std::string> log_;
+};
+std::shared_ptr<const gguf::File>* EngineState::file_ = nullptr;
+
+TEST_F(EngineState, ASessionContinuesExactlyInANewEngine) {
+  const Request whole = request(prompt_of(37, 1), 11, 40);
+  const Response want = open("")->run(whole);
+  Request first = whole;
+  first.max_tokens = 15;
+  first.session = "chat-1";
+  Response a;
+  {
+    auto e = open(dir());
+    a = e->run(first);
+    e->drain();
+    EXPECT_EQ(e->stats().sessions_saved, 1);
+    EXPECT_GT(e->stats().blocks_saved, 0);
+  }
+  // A restart: a new engine continues the session (no prompt: the saved
+  // generation goes on with its seed and sampler states).
+  auto e = open(dir());
+  Request rest;
+  rest.session = "chat-1";
+  rest.max_tokens = 25;
+  const Response b = e->run(rest);
+  EXPECT_TRUE(b.session_found);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+  EXPECT_EQ(b.seed, 11u);
+  e->drain();
+  const EngineStats s = e->stats();
+  EXPECT_EQ(s.sessions_loaded, 1);
+  EXPECT_GT(s.blocks_restored_disk, 0) << "the KV was recomputed instead of restored";
+  EXPECT_GE(b.usage.restored_tokens, 32);
+}
+
+TEST_F(EngineState, AnAppendedPromptEqualsTheWholeConversationFromScratch) {
+  Request turn1 = request(prompt_of(21, 2), 5, 18);
+  turn1.session = "conv";
+  Response r1;
+  {
+    auto e = open(dir());
+    r1 = e->run(turn1);
+  }
+  const std::vector<TokenId> added = {40, 41, 42, 43, 44, 45, 46};
+  auto e = open(dir());
+  Request turn2 = request(added, 6, 12);
+  turn2.session = "conv";
+  const Response r2 = e->run(turn2);
+  ASSERT_TRUE(r2.session_found);
+  std::vector<TokenId> all = r1.prompt_ids;
+  all.insert(all.end(), r1.samples[0].ids.begin(), r1.samples[0].ids.end());
+  all.insert(all.end(), added.begin(), added.end());
+  EXPECT_EQ(r2.prompt_ids, all);
+  EXPECT_TRUE(same_output(r2, open("")->run(request(all, 6, 12))));
+  EXPECT_GE(r2.usage.cached_tokens, 32) << "the conversation so far was not restored";
+}
+
+TEST_F(EngineState, DamagedOrMissingSnapshotsAreRecomputedWithTheSameOutput) {
+  const Request r = [] {
+    Request q = request(prompt_of(70, 3), 9, 10);
+    q.persist = true;
+    return q;
+  }();
+  Response cold;
+  {
+    auto e = open(dir());
+    cold = e->run(r);
+  }
+  // Flip a byte in every other block file, truncate another.
+  int n = 0;
+  for (const auto& f : fs::recursive_directory_iterator(dir())) {
+    if (f.path().extension() != ".snap") continue;
+    const std::string p = f.path().string();
+    std::string bytes = test::read_file(p);
+    if (n % 3 == 0) bytes[bytes.size() / 2] ^= 0x40;
+    if (n % 3 == 1) bytes.resize(bytes.size() / 3);
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+    ++n;
+  }
+  ASSERT_GE(n, 4);
+  auto e = open(dir());
+  EXPECT_TRUE(same_output(e->run(r), cold));
+  e->drain();
+  bool told = false;
+  for (const std::string& l : log_) told |= l.find("will be recomputed") != std::string::npos;
+  EXPECT_TRUE(told);
+  // Gone altogether: recomputed as well.
+  fs::remove_all(dir());
+  auto fresh = open(dir());
+  EXPECT_TRUE(same_output(fresh->run(r), cold));
+}
+
+TEST_F(EngineState, AnotherModelNeverUsesTheState) {
+  Request r = request(prompt_of(50, 4), 3, 8);
+  r.session = "s";
+  open(dir())->run(r);
+  // Another model (another type of the same shape): nothing of the first is used.
+  auto other = open(dir(), "", model_file("tiny", DType::Q4_K));
+  Request cont;
+  cont.session = "s";
+  cont.max_tokens = 4;
+  cont.prompt_ids = {1, 5, 6};
+  const Response got = other->run(cont);
+  EXPECT_FALSE(got.session_found);
+  EXPECT_EQ(got.prompt_ids, (std::vector<TokenId>{1, 5, 6})) << "another model's session used";
+  other->drain();
+  EXPECT_EQ(other->stats().blocks_restored, 0);
+}
+
+TEST_F(EngineState, TenantsNeverSeeEachOthersState) {
+  Request a = request(prompt_of(50, 5), 3, 8);
+  a.session = "same-name";
+  a.tenant = "alice";
+  open(dir())->run(a);
+  auto e = open(dir());
+  Request b = a;
+  b.tenant = "bob";
+  const Response got = e->run(b);
+  EXPECT_FALSE(got.session_found);
+  EXPECT_EQ(got.usage.cached_tokens, 0);
+  e->drain();
+  EXPECT_EQ(e->stats().blocks_restored, 0);
+  EXPECT_EQ(e->stats().sessions_loaded, 0);
+}
+
+class EngineRedis : public EngineState {
+ protected:
+  test::RedisServer redis_;
+};
+
+TEST_F(EngineRedis, TwoEnginesShareOneRedis) {
+  const Request whole = request(prompt_of(45, 6), 21, 30);
+  const Response want = open("")->run(whole);
+  Request first = whole;
+  first.max_tokens = 12;
+  first.session = "shared";
+  Response a;
+  {
+    auto e1 = open("", redis_.url());
+    a = e1->run(first);
+  }
+  auto e2 = open("", redis_.url());  // another "process": nothing in RAM
+  Request rest;
+  rest.session = "shared";
+  rest.max_tokens = 18;
+  const Response b = e2->run(rest);
+  ASSERT_TRUE(b.session_found);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+  e2->drain();
+  EXPECT_GT(e2->stats().blocks_restored_redis, 0);
+}
+
+TEST_F(EngineRedis, RedisFlushedOrDownBetweenTurnsStillGivesTheSameOutput) {
+  Request r = request(prompt_of(60, 7), 4, 10);
+  r.persist = true;
+  const Response cold = open("")->run(r);
+  open("", redis_.url())->run(r);
+  redis_.cli("FLUSHALL");
+  EXPECT_TRUE(same_output(open("", redis_.url())->run(r), cold));
+  redis_.stop();
+  auto e = open(dir(), redis_.url());  // disk + an unreachable Redis
+  EXPECT_TRUE(same_output(e->run(r), cold));
+  e->drain();
+  EXPECT_GT(e->stats().state_write_errors, 0) << "the outage went unnoticed";
+  bool told = false;
+  for (const std::string& l : log_) told |= l.find("retrying") != std::string::npos;
+  EXPECT_TRUE(told);
+  redis_.start();
+  EXPECT_TRUE(same_output(e->run(r), cold));
+}
+
+TEST_F(EngineRedis, TenantIsolationHoldsInRedisKeys) {
+  Request a = request(prompt_of(50, 8), 3, 8);
+  a.session = "same-name";
+  a.tenant = "alice";
+  {
+    auto e = open("", redis_.url());
+    e->run(a);
+    e->drain();
+  }
+  const std::string alice_keys = redis_.cli("--scan --pattern 'encore:v1:*'");
+  auto e = open("", redis_.url());
+  Request b = a;
+  b.tenant = "bob";
+  const Response got = e->run(b);
+  e->drain();
+  EXPECT_FALSE(got.session_found);
+  EXPECT_EQ(got.usage.cached_tokens, 0);
+  EXPECT_EQ(e->stats().blocks_restored, 0);
+  EXPECT_EQ(e->stats().sessions_loaded, 0);
+  const std::string all_keys = redis_.cli("--scan --pattern 'encore:v1:*'");
+  // Bob's run wrote its own keys; none of them is one of Alice's.
+  size_t bob_keys = 0;
+  for (size_t at = 0, nl; (nl = all_keys.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string key = all_keys.substr(at, nl - at);
+    if (alice_keys.find(key + "\n") == std::string::npos) ++bob_keys;
+  }
+  EXPECT_GT(bob_keys, 0u) << all_keys;
+  EXPECT_EQ(std::count(all_keys.begin(), all_keys.end(), '\n'),
+            std::count(alice_keys.begin(), alice_keys.end(), '\n') + static_cast<long>(bob_keys));
+}
+
+TEST_F(EngineRedis, ExpiredStateIsGoneFromEveryTier) {
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 256;
+  o.kv_bytes = 8 << 20;
+  o.state_dir = dir();
+  o.redis_url = redis_.url();
+  o.state_ttl = std::chrono::milliseconds(150);
+  o.fingerprint_cache_dir = "/nonexistent";
+  Request r = request(prompt_of(50, 9), 3, 8);
+  r.session = "brief";
+  {
+    auto e = Engine::open(*file_, o);
+    e->run(r);
+    e->drain();
+  }
+  EXPECT_NE(redis_.cli("--scan --pattern 'encore:v1:*'"), "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(redis_.cli("--scan --pattern 'encore:v1:*'"), "") << "Redis kept expired keys (PX)";
+  auto e = Engine::open(*file_, o);
+  Request cont;
+  cont.session = "brief";
+  cont.max_tokens = 2;
+  const Response got = e->run(cont);
+  EXPECT_FALSE(got.session_found) << "an expired session was used";
+  e->drain();
+  EXPECT_EQ(e->stats().blocks_restored, 0);
+  // On disk, a lookup removes what it finds expired; collection removes the rest.
+  size_t expired = 0;
+  for (const DiskRecord& d : list_disk_records(dir(), false)) {
+    expired += d.problem == StoreMiss::Expired ? 1 : 0;
+  }
+  EXPECT_GT(expired, 0u);
+  EXPECT_EQ(collect_disk_garbage(dir(), 1ull << 30).removed, static_cast<int64_t>(expired));
+  for (const DiskRecord& d : list_disk_records(dir(), false)) {
+    EXPECT_FALSE(d.problem.has_value()) << d.key.name;  // only what the last run wrote
+  }
+}
+
+}  // namespace
+}  // namespace encore
