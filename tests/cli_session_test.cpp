@@ -167,6 +167,23 @@ TEST_F(CliSession, ChatContinuesInAnotherProcessWithTheSameAnswers) {
       << read_file(dir_.file("cerr"));
   const std::string other = chat(in2, {"--seed", "9"});
   EXPECT_NE(other, both);
+  // /save NAME keeps the conversation so far under another name; /reset
+  // starts over in this process.
+  const std::string cmds = dir_.file("cmds.txt");
+  std::ofstream(cmds) << "Hi there\n/save kept\n/reset\nHello\n/exit\n";
+  chat(cmds, Args{"--seed", "5"} + state());
+  const std::string err = read_file(dir_.file("cerr"));
+  EXPECT_NE(err.find("(saved as session kept)"), std::string::npos) << err;
+  EXPECT_NE(err.find("(conversation reset)"), std::string::npos) << err;
+  // After /reset the second prompt is about as long as the first, not the
+  // whole conversation.
+  std::smatch m1, m2;
+  ASSERT_TRUE(std::regex_search(err, m1, std::regex("turn 1: (\\d+) prompt")));
+  ASSERT_TRUE(std::regex_search(err, m2, std::regex("turn 2: (\\d+) prompt")));
+  EXPECT_LT(std::stol(m2[1]), std::stol(m1[1]) + 8) << err;
+  chat(in_b, Args{"--seed", "6", "--session", "kept"} + state());
+  EXPECT_NE(read_file(dir_.file("cerr")).find("continued (2 messages)"), std::string::npos)
+      << read_file(dir_.file("cerr"));
 }
 
 TEST_F(CliSession, CacheListsVerifiesCollectsAndRemoves) {

@@ -208,6 +208,10 @@ TEST_F(EngineState, AnotherModelNeverUsesTheState) {
   EXPECT_EQ(got.prompt_ids, (std::vector<TokenId>{1, 5, 6})) << "another model's session used";
   other->drain();
   EXPECT_EQ(other->stats().blocks_restored, 0);
+  EXPECT_EQ(other->stats().state_fallbacks, 1) << "the model change was not counted";
+  bool told = false;
+  for (const std::string& l : log_) told |= l.find("another model") != std::string::npos;
+  EXPECT_TRUE(told);
 }
 
 TEST_F(EngineState, TenantsNeverSeeEachOthersState) {

@@ -111,6 +111,20 @@ TEST_F(RedisStoreTest, AnOutageCostsMissesAndServiceResumesByItself) {
   EXPECT_NE(log_.back().find("is back"), std::string::npos) << log_.back();
 }
 
+// A server that stops answering (CLIENT PAUSE) costs one command timeout
+// (a miss, counted), then misses at once until it answers again.
+TEST_F(RedisStoreTest, ASlowServerTimesOutAndComesBack) {
+  auto s = open();
+  s->put(kKey, "state", milliseconds(0));
+  std::thread pause([&] { server_.cli("CLIENT PAUSE 1500 ALL"); });
+  pause.join();
+  EXPECT_FALSE(s->get(kKey).has_value());  // times out: a miss, not a wait for the pause
+  EXPECT_FALSE(s->get(kKey).has_value());  // marked down: a miss at once
+  EXPECT_GT(s->counters().get_errors, 0);
+  std::this_thread::sleep_for(milliseconds(1600));
+  EXPECT_EQ(s->get(kKey).value_or(""), "state");
+}
+
 TEST_F(RedisStoreTest, BadUrlsAreClearErrors) {
   for (const char* bad : {"http://x", "redis://", "redis://h:0", "redis://h:99999", "redis://h/x",
                           "redis://user:pw@h"}) {

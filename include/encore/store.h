@@ -99,6 +99,10 @@ class StoreTier {
                         std::chrono::milliseconds ttl);
   // True if a record was removed.
   virtual bool remove(const StoreKey& key) = 0;
+  // System fingerprints other than key's under which this tier holds the
+  // same tenant and name (a record of another model or build): what a
+  // model change left behind.
+  virtual std::vector<std::string> elsewhere(const StoreKey& key) = 0;
   virtual StoreCounters counters() const = 0;
 };
 
@@ -179,6 +183,7 @@ class TieredStore {
   void put_many(const std::vector<std::pair<StoreKey, std::string>>& items,
                 std::chrono::milliseconds ttl);
   bool remove(const StoreKey& key);
+  std::vector<std::string> elsewhere(const StoreKey& key);
   const std::vector<std::unique_ptr<StoreTier>>& tiers() const { return tiers_; }
 
  private:

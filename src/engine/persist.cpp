@@ -183,8 +183,25 @@ void Persistence::save_session(const std::string& tenant, const std::string& ses
 
 std::optional<RunState> Persistence::load_session(const std::string& tenant,
                                                   const std::string& session) {
-  const std::optional<TieredStore::Hit> hit = store_->get(key(tenant, "session/" + session), ttl_);
-  if (!hit) return std::nullopt;
+  const StoreKey k = key(tenant, "session/" + session);
+  const std::optional<TieredStore::Hit> hit = store_->get(k, ttl_);
+  if (!hit) {
+    // Saved under another model, build or numerics setting: never used.
+    const std::vector<std::string> others = store_->elsewhere(k);
+    if (!others.empty()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++c_.session_fallbacks;
+      }
+      if (log_) {
+        log_(
+            fmt::format("state: session {} was saved under system fingerprint {} (another "
+                        "model, build or KV type); starting it afresh",
+                        session, others.front()));
+      }
+    }
+    return std::nullopt;
+  }
   try {
     RunState s = parse_run_state(hit->payload, "session " + session);
     if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");

@@ -165,6 +165,30 @@ class DiskStore final : public StoreTier {
     return c_;
   }
 
+  std::vector<std::string> elsewhere(const StoreKey& key) override {
+    std::vector<std::string> out;
+    if (!store::valid_name(key.name)) return out;
+    const fs::path mine = fs::path(path_of(key));
+    const fs::path rest = mine.parent_path().filename() / mine.filename();  // tenant/name
+    std::error_code ec;
+    for (const auto& d : fs::directory_iterator(o_.dir, ec)) {
+      if (!d.is_directory(ec) || d.path() == mine.parent_path().parent_path()) continue;
+      const fs::path p = d.path() / rest;
+      if (!fs::exists(p, ec)) continue;
+      std::ifstream in(p, std::ios::binary);
+      std::string head(1 << 16, '\0');
+      in.read(head.data(), static_cast<std::streamsize>(head.size()));
+      head.resize(static_cast<size_t>(in.gcount()));
+      StoreMiss why{};
+      std::string detail;
+      const std::optional<store::RecordHeader> h = store::parse_header(head, &why, &detail);
+      if (h && h->key.tenant == key.tenant && h->key.name == key.name) {
+        out.push_back(h->key.system_fingerprint);
+      }
+    }
+    return out;
+  }
+
  private:
   std::string path_of(const StoreKey& key) const {
     const XXH128_hash_t n = XXH3_128bits(key.name.data(), key.name.size());

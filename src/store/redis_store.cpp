@@ -201,6 +201,36 @@ class RedisStore final : public StoreTier {
     return c_;
   }
 
+  std::vector<std::string> elsewhere(const StoreKey& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    if (!store::valid_name(key.name) || !connected()) return out;
+    const std::string pattern = fmt::format(
+        "encore:v1:*:{:016x}:{}", XXH3_64bits(key.tenant.data(), key.tenant.size()), key.name);
+    std::string cursor = "0";
+    for (int pages = 0; pages < 64; ++pages) {  // bounded: a model change is a rare event
+      const char* argv[] = {"SCAN", cursor.c_str(), "MATCH", pattern.c_str(), "COUNT", "1000"};
+      const size_t lens[] = {4, cursor.size(), 5, pattern.size(), 5, 4};
+      Reply r(static_cast<redisReply*>(redisCommandArgv(ctx_.get(), 6, argv, lens)));
+      if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        failed(r && r->type == REDIS_REPLY_ERROR ? r->str
+               : ctx_                            ? ctx_->errstr
+                                                 : "SCAN failed",
+               &StoreCounters::get_errors);
+        return out;
+      }
+      cursor.assign(r->element[0]->str, r->element[0]->len);
+      for (size_t i = 0; i < r->element[1]->elements; ++i) {
+        const std::string k(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
+        const std::string fp = k.substr(10, k.find(':', 10) - 10);  // after "encore:v1:"
+        if (fp != key.system_fingerprint) out.push_back(fp);
+      }
+      if (cursor == "0") break;
+    }
+    recovered();
+    return out;
+  }
+
  private:
   static std::string redis_key(const StoreKey& key) {
     return fmt::format("encore:v1:{}:{:016x}:{}", key.system_fingerprint,

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 
@@ -86,6 +87,16 @@ void TieredStore::put_many(const std::vector<std::pair<StoreKey, std::string>>& 
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+std::vector<std::string> TieredStore::elsewhere(const StoreKey& key) {
+  std::vector<std::string> all;
+  for (const auto& tier : tiers_) {
+    for (std::string& fp : tier->elsewhere(key)) {
+      if (std::find(all.begin(), all.end(), fp) == all.end()) all.push_back(std::move(fp));
+    }
+  }
+  return all;
 }
 
 bool TieredStore::remove(const StoreKey& key) {
