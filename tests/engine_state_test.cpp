@@ -18,6 +18,7 @@
 #include "cli_runner.h"
 #include "encore/engine.h"
 #include "encore/gguf.h"
+#include "engine_test_util.h"
 #include "redis_server.h"
 #include "synth_test_util.h"
 
@@ -31,46 +32,11 @@ std::shared_ptr<const gguf::File> model_file(const std::string& preset, DType ty
       gguf::File::from_bytes(test::synth_bytes(preset, type), preset + ".gguf"));
 }
 
-std::vector<TokenId> prompt_of(int n, int salt) {
-  std::vector<TokenId> ids = {1};
-  for (int i = 1; i < n; ++i) ids.push_back(3 + (i * 37 + salt * 101) % 500);
-  return ids;
-}
-
-Request request(std::vector<TokenId> prompt, uint64_t seed, int32_t max_tokens) {
-  Request r;
-  r.prompt_ids = std::move(prompt);
-  r.seed = seed;
-  r.max_tokens = max_tokens;
-  r.sampling.temp = 1.0f;
-  r.sampling.top_k = 0;
-  r.sampling.top_p = 1.0f;
-  r.sampling.min_p = 0.0f;
-  r.logprobs = 1;
+// Two samples each: both continue across the pause.
+Request request2(std::vector<TokenId> prompt, uint64_t seed, int32_t max_tokens) {
+  Request r = request(std::move(prompt), seed, max_tokens);
   r.n = 2;
   return r;
-}
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
-::testing::AssertionResult same_output(const Response& a, const Response& b) {
-  if (a.status != Response::Status::Ok || b.status != Response::Status::Ok) {
-    return ::testing::AssertionFailure() << "not ok: " << a.error << b.error;
-  }
-  if (a.samples.size() != b.samples.size()) return ::testing::AssertionFailure() << "n differs";
-  for (size_t i = 0; i < a.samples.size(); ++i) {
-    const SampleResult &x = a.samples[i], &y = b.samples[i];
-    if (x.ids != y.ids || x.text != y.text || x.finish != y.finish ||
-        x.logprobs.size() != y.logprobs.size()) {
-      return ::testing::AssertionFailure() << "sample " << i << " differs";
-    }
-    for (size_t t = 0; t < x.logprobs.size(); ++t) {
-      if (!same_bits(x.logprobs[t].chosen.logprob, y.logprobs[t].chosen.logprob)) {
-        return ::testing::AssertionFailure() << "sample " << i << " logprob " << t;
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 // The ids of a whole generation paused and continued: first + rest.
@@ -106,7 +72,7 @@ class EngineState : public ::testing::Test {
 std::shared_ptr<const gguf::File>* EngineState::file_ = nullptr;
 
 TEST_F(EngineState, ASessionContinuesExactlyInANewEngine) {
-  const Request whole = request(prompt_of(37, 1), 11, 40);
+  const Request whole = request2(prompt_of(37, 1), 11, 40);
   const Response want = open("")->run(whole);
   Request first = whole;
   first.max_tokens = 15;
@@ -137,7 +103,7 @@ TEST_F(EngineState, ASessionContinuesExactlyInANewEngine) {
 }
 
 TEST_F(EngineState, AnAppendedPromptEqualsTheWholeConversationFromScratch) {
-  Request turn1 = request(prompt_of(21, 2), 5, 18);
+  Request turn1 = request2(prompt_of(21, 2), 5, 18);
   turn1.session = "conv";
   Response r1;
   {
@@ -146,7 +112,7 @@ TEST_F(EngineState, AnAppendedPromptEqualsTheWholeConversationFromScratch) {
   }
   const std::vector<TokenId> added = {40, 41, 42, 43, 44, 45, 46};
   auto e = open(dir());
-  Request turn2 = request(added, 6, 12);
+  Request turn2 = request2(added, 6, 12);
   turn2.session = "conv";
   const Response r2 = e->run(turn2);
   ASSERT_TRUE(r2.session_found);
@@ -154,13 +120,13 @@ TEST_F(EngineState, AnAppendedPromptEqualsTheWholeConversationFromScratch) {
   all.insert(all.end(), r1.samples[0].ids.begin(), r1.samples[0].ids.end());
   all.insert(all.end(), added.begin(), added.end());
   EXPECT_EQ(r2.prompt_ids, all);
-  EXPECT_TRUE(same_output(r2, open("")->run(request(all, 6, 12))));
+  EXPECT_TRUE(same_output(r2, open("")->run(request2(all, 6, 12))));
   EXPECT_GE(r2.usage.cached_tokens, 32) << "the conversation so far was not restored";
 }
 
 TEST_F(EngineState, DamagedOrMissingSnapshotsAreRecomputedWithTheSameOutput) {
   const Request r = [] {
-    Request q = request(prompt_of(70, 3), 9, 10);
+    Request q = request2(prompt_of(70, 3), 9, 10);
     q.persist = true;
     return q;
   }();
@@ -194,7 +160,7 @@ TEST_F(EngineState, DamagedOrMissingSnapshotsAreRecomputedWithTheSameOutput) {
 }
 
 TEST_F(EngineState, AnotherModelNeverUsesTheState) {
-  Request r = request(prompt_of(50, 4), 3, 8);
+  Request r = request2(prompt_of(50, 4), 3, 8);
   r.session = "s";
   open(dir())->run(r);
   // Another model (another type of the same shape): nothing of the first is used.
@@ -215,7 +181,7 @@ TEST_F(EngineState, AnotherModelNeverUsesTheState) {
 }
 
 TEST_F(EngineState, TenantsNeverSeeEachOthersState) {
-  Request a = request(prompt_of(50, 5), 3, 8);
+  Request a = request2(prompt_of(50, 5), 3, 8);
   a.session = "same-name";
   a.tenant = "alice";
   open(dir())->run(a);
@@ -236,7 +202,7 @@ class EngineRedis : public EngineState {
 };
 
 TEST_F(EngineRedis, TwoEnginesShareOneRedis) {
-  const Request whole = request(prompt_of(45, 6), 21, 30);
+  const Request whole = request2(prompt_of(45, 6), 21, 30);
   const Response want = open("")->run(whole);
   Request first = whole;
   first.max_tokens = 12;
@@ -258,7 +224,7 @@ TEST_F(EngineRedis, TwoEnginesShareOneRedis) {
 }
 
 TEST_F(EngineRedis, RedisFlushedOrDownBetweenTurnsStillGivesTheSameOutput) {
-  Request r = request(prompt_of(60, 7), 4, 10);
+  Request r = request2(prompt_of(60, 7), 4, 10);
   r.persist = true;
   const Response cold = open("")->run(r);
   open("", redis_.url())->run(r);
@@ -277,7 +243,7 @@ TEST_F(EngineRedis, RedisFlushedOrDownBetweenTurnsStillGivesTheSameOutput) {
 }
 
 TEST_F(EngineRedis, TenantIsolationHoldsInRedisKeys) {
-  Request a = request(prompt_of(50, 8), 3, 8);
+  Request a = request2(prompt_of(50, 8), 3, 8);
   a.session = "same-name";
   a.tenant = "alice";
   {
@@ -316,7 +282,7 @@ TEST_F(EngineRedis, ExpiredStateIsGoneFromEveryTier) {
   o.redis_url = redis_.url();
   o.state_ttl = std::chrono::milliseconds(150);
   o.fingerprint_cache_dir = "/nonexistent";
-  Request r = request(prompt_of(50, 9), 3, 8);
+  Request r = request2(prompt_of(50, 9), 3, 8);
   r.session = "brief";
   {
     auto e = Engine::open(*file_, o);

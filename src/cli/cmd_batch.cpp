@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/result_json.h"
 #include "encore/engine.h"
 #include "encore/error.h"
@@ -31,14 +32,7 @@ struct BatchArgs {
   std::string model;
   std::string input = "-";
   std::string output = "-";
-  int threads = 0;
-  int32_t ctx_size = 0;
-  double kv_mem_mib = 0;
-  std::string kv_type = "f16";
-  int32_t batch_tokens = 512;
-  std::string isa;
-  bool mmap = false;
-  bool prefix_cache = true;
+  EngineFlags engine;
   int32_t max_in_flight = 1024;
   std::string chat_template;  // for chat lines of a model without (or with another) template
   bool progress_on = false;   // --progress: draw the bar even when stderr is no terminal
@@ -165,17 +159,7 @@ void run_batch(const BatchArgs& a) {
   }
   std::ostream& out = to_stdout ? std::cout : file_out;
 
-  EngineOptions eo;
-  eo.model_path = a.model;
-  eo.mmap = a.mmap;
-  eo.threads = a.threads;
-  eo.n_ctx = a.ctx_size;
-  eo.kv_type = parse_kv_type(a.kv_type);
-  eo.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
-  eo.batch_tokens = a.batch_tokens;
-  eo.prefix_cache = a.prefix_cache;
-  if (!a.isa.empty()) eo.isa = parse_isa(a.isa);
-  const std::unique_ptr<Engine> engine = Engine::open(eo);
+  const std::unique_ptr<Engine> engine = Engine::open(engine_options(a.model, a.engine, false));
   const EngineInfo& info = engine->info();
   if (info.synthetic) {
     fmt::print(stderr, "note: {} has random weights (made by `encore synth`)\n", a.model);
@@ -324,22 +308,7 @@ void add_batch_command(CLI::App& app) {
   sub->add_option("-o,--output", args->output,
                   "Results, one JSON object per line in input order (- : stdout); written to "
                   "FILE.tmp and renamed when complete");
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
-      ->check(CLI::Range(1, 4096));
-  sub->add_option("-c,--ctx-size", args->ctx_size,
-                  "Context size in tokens (0: model's, at most 4096)")
-      ->check(CLI::Range(0, 1 << 20));
-  sub->add_option("--kv-mem", args->kv_mem_mib,
-                  "KV cache budget in MiB (default: 80 % of the memory available)")
-      ->check(CLI::Range(0.0, 16777216.0));
-  sub->add_option("--kv-type", args->kv_type, "KV cache element type: f16 (default) or f32");
-  sub->add_option("-b,--batch-tokens", args->batch_tokens, "Tokens per forward step")
-      ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--isa", args->isa, "Kernels: scalar, avx2 or avx512 (default: best)");
-  sub->add_flag("--mmap,!--no-mmap", args->mmap,
-                "Map the weights instead of reading them into memory");
-  sub->add_flag("--prefix-cache,!--no-prefix-cache", args->prefix_cache,
-                "Share the KV of common prompt prefixes (default: on)");
+  add_engine_flags(sub, args->engine, kComputeFlags | kContextFlag | kBatchFlag | kPrefixFlag);
   sub->add_option("--max-in-flight", args->max_in_flight,
                   "Requests submitted ahead of the oldest unfinished one")
       ->check(CLI::Range(1, 1 << 20));

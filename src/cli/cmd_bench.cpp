@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "encore/bench.h"
 #include "encore/engine.h"
 #include "encore/error.h"
@@ -17,23 +18,14 @@ namespace {
 
 struct BenchArgs {
   std::string model;
-  int threads = 0;
   BenchOptions bench;
-  std::string kv_type = "f16";
-  double kv_mem_mib = 0;
-  std::string isa;
-  bool mmap = false;
+  EngineFlags engine;
   bool json = false;
 };
 
 void run_bench(const BenchArgs& a) {
-  EngineOptions eo;
-  eo.model_path = a.model;
-  eo.mmap = a.mmap;
-  eo.threads = a.threads;
-  eo.kv_type = parse_kv_type(a.kv_type);
-  eo.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
-  if (!a.isa.empty()) eo.isa = parse_isa(a.isa);
+  EngineOptions eo = engine_options(a.model, a.engine, false);
+  eo.log = nullptr;
   const std::unique_ptr<Engine> engine = Engine::open(eo);
   const EngineInfo& info = engine->info();
   const BenchOptions& o = a.bench;
@@ -143,8 +135,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "bench", "Measure prefill/decode speed against this machine's bandwidth and compute peak");
   sub->add_option("-m,--model", args->model, "Model .gguf")->required();
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
-      ->check(CLI::Range(1, 4096));
+  add_engine_flags(sub, args->engine, kComputeFlags);
   sub->add_option("-p,--n-prompt", args->bench.n_prompt, "Prefill length in tokens")
       ->check(CLI::Range(1, 1 << 16));
   sub->add_option("-n,--n-gen", args->bench.n_gen, "Decode steps per measurement")
@@ -170,12 +161,6 @@ void add_bench_command(CLI::App& app) {
       ->type_name("URL");
   sub->add_option("--session-tokens", args->bench.n_session, "Length of that session")
       ->check(CLI::Range(16, 1 << 20));
-  sub->add_option("--kv-mem", args->kv_mem_mib, "KV cache budget in MiB (default: 80 % of free)")
-      ->check(CLI::Range(0.0, 16777216.0));
-  sub->add_option("--kv-type", args->kv_type, "KV cache element type: f16 (default) or f32");
-  sub->add_option("--isa", args->isa, "Kernels: scalar, avx2 or avx512 (default: best)");
-  sub->add_flag("--mmap,!--no-mmap", args->mmap,
-                "Map the weights instead of reading them into memory");
   sub->add_flag("--json", args->json, "Print one JSON object");
   sub->callback([args] { run_bench(*args); });
 }

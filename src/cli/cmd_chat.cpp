@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "encore/engine.h"
 #include "encore/error.h"
 
@@ -24,18 +25,12 @@ namespace {
 struct ChatArgs {
   std::string model;
   std::string session;
-  std::string state_dir;
-  std::string redis;
   std::string system;
   std::string chat_template;
   std::optional<uint64_t> seed;
   SamplingParams sampling;
   int32_t n_predict = -1;
-  int32_t ctx_size = 0;
-  int threads = 0;
-  double kv_mem_mib = 0;
-  std::string kv_type = "f16";
-  bool mmap = false;
+  EngineFlags engine;
 };
 
 // Set by SIGINT. A signal handler can only talk through such a flag: the one
@@ -50,20 +45,8 @@ std::vector<ChatMessage> fresh_conversation(const ChatArgs& a) {
 }
 
 void run_chat(const ChatArgs& a) {
-  EngineOptions o;
-  o.model_path = a.model;
-  o.mmap = a.mmap;
-  o.threads = a.threads;
-  o.n_ctx = a.ctx_size;
-  o.kv_type = parse_kv_type(a.kv_type);
-  o.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
-  o.state_dir = a.state_dir;
-  o.redis_url = a.redis;
-  if (!a.session.empty() && o.state_dir.empty() && o.redis_url.empty()) {
-    o.state_dir = default_state_dir();
-  }
-  o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
-  const std::unique_ptr<Engine> engine = Engine::open(o);
+  const std::unique_ptr<Engine> engine =
+      Engine::open(engine_options(a.model, a.engine, !a.session.empty()));
   const EngineInfo& info = engine->info();
   const bool tty = isatty(STDIN_FILENO) != 0;
 
@@ -171,11 +154,6 @@ void add_chat_command(CLI::App& app) {
   sub->add_option("--session", args->session,
                   "Continue (and keep saving) the conversation NAME across processes")
       ->type_name("NAME");
-  sub->add_option("--state-dir", args->state_dir,
-                  "Where sessions live (default with --session: $XDG_CACHE_HOME/encore)")
-      ->type_name("DIR");
-  sub->add_option("--redis", args->redis, "Also keep sessions in Redis: redis://HOST:PORT[/DB]")
-      ->type_name("URL");
   sub->add_option("--system", args->system, "System message of a new conversation");
   sub->add_option("--chat-template", args->chat_template,
                   "Chat template family instead of the model's: " + chat_template_names())
@@ -198,14 +176,7 @@ void add_chat_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("-n,--n-predict", args->n_predict, "Most tokens per answer (-1: no limit)")
       ->check(CLI::Range(-1, 1 << 30));
-  sub->add_option("-c,--ctx-size", args->ctx_size, "Context size (0: model's, at most 4096)")
-      ->check(CLI::Range(0, kMaxContext));
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
-      ->check(CLI::Range(1, 4096));
-  sub->add_option("--kv-mem", args->kv_mem_mib, "KV cache budget in MiB")
-      ->check(CLI::Range(0.0, 16777216.0));
-  sub->add_option("--kv-type", args->kv_type, "KV cache element type: f16 (default) or f32");
-  sub->add_flag("--mmap,!--no-mmap", args->mmap, "Map the weights instead of reading them");
+  add_engine_flags(sub, args->engine, kComputeFlags | kContextFlag | kStateFlags);
   sub->callback([args] { run_chat(*args); });
 }
 

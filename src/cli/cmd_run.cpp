@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/result_json.h"
 #include "encore/engine.h"
 #include "encore/error.h"
@@ -26,18 +27,12 @@ struct RunArgs {
   std::string file;
   int32_t n_predict = -1;
   std::optional<uint64_t> seed;
-  int threads = 0;
-  int32_t ctx_size = 0;
-  double kv_mem_mib = 0;
+  EngineFlags engine;
   bool json = false;
-  bool mmap = false;
   bool chat = false;                  // wrap the prompt in the model's chat template
   std::optional<std::string> system;  // system message (implies chat)
   std::string chat_template;          // family name overriding the model's template (implies chat)
   bool special = false;               // parse special-token text in a plain prompt
-  std::string kv_type = "f16";        // KV cache element type: f16 | f32
-  int32_t batch_size = 512;           // tokens per forward step (prefill chunk)
-  std::string isa;                    // kernels: scalar | avx2 | avx512 (default: best)
   SamplingParams sampling;            // --temp, --top-k ... (temp lives here)
   bool ignore_eos = false;            // EOG tokens are generated like any other
   std::vector<std::string> logit_bias;  // ID(+/-)BIAS
@@ -47,13 +42,8 @@ struct RunArgs {
   int32_t logprobs = -1;  // -1: not asked
   std::string save_state;
   std::string resume;
-  std::string session;    // continue / save this session
-  std::string state_dir;  // state tiers: a directory ...
-  std::string redis;      // ... and/or Redis
-  double state_ttl_s = 0;
+  std::string session;  // continue / save this session
 };
-
-constexpr int kMaxThreads = 4096;  // ThreadPool's limit
 
 std::string read_prompt_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -136,31 +126,6 @@ Request request_from_flags(const RunArgs& a) {
   return r;
 }
 
-EngineOptions engine_options(const RunArgs& a, int32_t n_ctx) {
-  EngineOptions o;
-  o.model_path = a.model;
-  o.mmap = a.mmap;
-  o.threads = a.threads;
-  o.n_ctx = n_ctx;
-  o.kv_type = parse_kv_type(a.kv_type);
-  o.kv_bytes = static_cast<uint64_t>(a.kv_mem_mib * 1048576.0);
-  o.batch_tokens = a.batch_size;
-  if (!a.isa.empty()) o.isa = parse_isa(a.isa);
-  o.state_dir = a.state_dir;
-  o.redis_url = a.redis;
-  // A session needs somewhere to live: the usual state directory unless
-  // told otherwise.
-  if (!a.session.empty() && o.state_dir.empty() && o.redis_url.empty()) {
-    o.state_dir = default_state_dir();
-    if (o.state_dir.empty()) {
-      throw InvalidArgument("--session: no state directory (set --state-dir, or HOME)");
-    }
-  }
-  o.state_ttl = std::chrono::milliseconds(static_cast<int64_t>(a.state_ttl_s * 1000.0));
-  o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
-  return o;
-}
-
 void run_generate(const RunArgs& a) {
   if (!a.prompt.empty() && !a.file.empty()) {
     throw InvalidArgument("give the prompt with -p or -f, not both");
@@ -170,15 +135,16 @@ void run_generate(const RunArgs& a) {
   if (resuming) {
     saved = load_run_state(a.resume);
     // The context size decides where a generation ends: keep the saved one.
-    if (a.ctx_size > 0 && a.ctx_size != saved->n_ctx) {
+    if (a.engine.ctx_size > 0 && a.engine.ctx_size != saved->n_ctx) {
       throw InvalidArgument(fmt::format(
           "--resume {}: the generation ran with context size {}; -c {} would end it elsewhere "
           "(omit -c)",
-          a.resume, saved->n_ctx, a.ctx_size));
+          a.resume, saved->n_ctx, a.engine.ctx_size));
     }
   }
-  const std::unique_ptr<Engine> engine =
-      Engine::open(engine_options(a, saved ? saved->n_ctx : a.ctx_size));
+  EngineOptions options = engine_options(a.model, a.engine, !a.session.empty());
+  if (saved) options.n_ctx = saved->n_ctx;
+  const std::unique_ptr<Engine> engine = Engine::open(options);
   const EngineInfo& info = engine->info();
   if (saved && saved->system_fingerprint != info.system_fingerprint) {
     throw InvalidArgument(fmt::format(
@@ -279,19 +245,6 @@ void run_generate(const RunArgs& a) {
   }
 }
 
-// CLI::Range lets NaN through (every comparison with NaN is false).
-CLI::Validator finite_range(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < lo || v > hi) {
-          return fmt::format("value {} is not a number in [{}, {}]", text, lo, hi);
-        }
-        return "";
-      },
-      fmt::format("NUMBER in [{}, {}]", lo, hi));
-}
-
 }  // namespace
 
 DType parse_kv_type(const std::string& s) {
@@ -380,36 +333,8 @@ void add_run_command(CLI::App& app) {
                       "appended to its conversation) and save it at the end")
           ->type_name("NAME");
   session->excludes(resume);
-  sub->add_option("--state-dir", args->state_dir,
-                  "Keep sessions and KV snapshots in DIR (default with --session: "
-                  "$XDG_CACHE_HOME/encore)")
-      ->type_name("DIR");
-  sub->add_option("--redis", args->redis, "Also keep them in Redis: redis://HOST:PORT[/DB]")
-      ->type_name("URL");
-  sub->add_option("--state-ttl", args->state_ttl_s,
-                  "Seconds the saved state lives (0: until the size cap removes it)")
-      ->check(finite_range(0.0, 1e9));
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all cores)")
-      ->check(CLI::Range(1, kMaxThreads));
-  sub->add_option("-c,--ctx-size", args->ctx_size,
-                  "Context size in tokens (0: model's, at most 4096)")
-      ->check(CLI::Range(0, kMaxContext));
-  sub->add_option("--kv-mem", args->kv_mem_mib,
-                  "KV cache budget in MiB (default: 80 % of the memory available)")
-      ->check(finite_range(0.0, 1 << 24));
-  sub->add_option("--kv-type", args->kv_type,
-                  "KV cache element type: f16 (default, like llama.cpp) or f32; part of the "
-                  "numerics: outputs are reproducible under either, not across them");
-  sub->add_option("-b,--batch-size,--batch-tokens", args->batch_size,
-                  "Tokens per forward step: prompts are evaluated in chunks of this many (speed "
-                  "only)")
-      ->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--isa", args->isa,
-                  "Kernels: scalar, avx2 or avx512 (default: ENCORE_ISA, else the best the CPU "
-                  "has); speed only, outputs are identical");
+  add_engine_flags(sub, args->engine, kComputeFlags | kContextFlag | kBatchFlag | kStateFlags);
   sub->add_flag("--json", args->json, "Print one JSON object instead of streaming text");
-  sub->add_flag("--mmap,!--no-mmap", args->mmap,
-                "Map the weights instead of reading them into memory");
   sub->add_flag("--chat,--conversation", args->chat,
                 "Send the prompt as a user message through the model's chat template (one turn)");
   sub->add_option("--system", args->system, "System message for --chat (implies --chat)");

@@ -6,6 +6,7 @@
 
 #include "encore/error.h"
 #include "engine/job.h"
+#include "util/little_endian.h"
 
 namespace encore {
 namespace {
@@ -13,19 +14,6 @@ namespace {
 constexpr uint32_t kBlockMagic = 0x4b4c4245;  // "EBLK" little-endian
 constexpr uint32_t kBlockVersion = 1;
 constexpr size_t kBlockFixed = 4 * 6 + 16 + 16;  // six u32, parent, root
-
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-uint64_t get_le(std::string_view b, size_t at, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
-  return v;
-}
 
 std::string block_name(const BlockHash& h) {
   return fmt::format("block/{:016x}{:016x}", h.hi, h.lo);
@@ -91,19 +79,19 @@ int32_t Persistence::restore(const std::string& tenant, const BlockKey& bk,
   std::string why;
   if (p.size() != want) {
     why = fmt::format("{} bytes, a block of this layout has {}", p.size(), want);
-  } else if (get_le(p, 0, 4) != kBlockMagic || get_le(p, 4, 4) != kBlockVersion) {
+  } else if (le::get(p, 0, 4) != kBlockMagic || le::get(p, 4, 4) != kBlockVersion) {
     why = "not a KV block record of this version";
   } else {
     for (int w = 0; w < 4 && why.empty(); ++w) {
-      if (get_le(p, 8 + 4 * static_cast<size_t>(w), 4) != layout_word(l, w)) {
+      if (le::get(p, 8 + 4 * static_cast<size_t>(w), 4) != layout_word(l, w)) {
         why = "another KV layout";
       }
     }
-    const BlockHash parent{get_le(p, 24, 8), get_le(p, 32, 8)};
-    const BlockHash root{get_le(p, 40, 8), get_le(p, 48, 8)};
+    const BlockHash parent{le::get(p, 24, 8), le::get(p, 32, 8)};
+    const BlockHash root{le::get(p, 40, 8), le::get(p, 48, 8)};
     if (why.empty() && (!(parent == bk.parent) || !(root == bk.root))) why = "another prefix";
     for (size_t i = 0; i < bt && why.empty(); ++i) {
-      if (static_cast<int32_t>(get_le(p, kBlockFixed + 4 * i, 4)) != tokens[i]) {
+      if (static_cast<int32_t>(le::get(p, kBlockFixed + 4 * i, 4)) != tokens[i]) {
         why = "other token ids";
       }
     }
@@ -148,15 +136,15 @@ void Persistence::capture(const Job& job, int i) {
     const BlockHash parent = b == 0 ? job.root : s.hashes[b - 1];
     std::string p;
     p.reserve(kBlockFixed + 4 * static_cast<size_t>(bt) + l.block_bytes());
-    put_u32(p, kBlockMagic);
-    put_u32(p, kBlockVersion);
-    for (int word = 0; word < 4; ++word) put_u32(p, layout_word(l, word));
-    put_u64(p, parent.lo);
-    put_u64(p, parent.hi);
-    put_u64(p, job.root.lo);
-    put_u64(p, job.root.hi);
+    le::put_u32(p, kBlockMagic);
+    le::put_u32(p, kBlockVersion);
+    for (int word = 0; word < 4; ++word) le::put_u32(p, layout_word(l, word));
+    le::put_u64(p, parent.lo);
+    le::put_u64(p, parent.hi);
+    le::put_u64(p, job.root.lo);
+    le::put_u64(p, job.root.hi);
     for (int k = 0; k < bt; ++k) {
-      put_u32(p, static_cast<uint32_t>(job.token_at(s, static_cast<int64_t>(b) * bt + k)));
+      le::put_u32(p, static_cast<uint32_t>(job.token_at(s, static_cast<int64_t>(b) * bt + k)));
     }
     const std::span<const uint8_t> data = pool_.block_data(s.seq.blocks[b]);
     p.append(reinterpret_cast<const char*>(data.data()), data.size());

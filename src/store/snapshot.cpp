@@ -1,4 +1,5 @@
 #include "store/snapshot.h"
+#include "util/little_endian.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -14,24 +15,8 @@ constexpr char kMagic[8] = {'E', 'N', 'C', 'S', 'N', 'A', 'P', '\n'};
 constexpr size_t kFixedBytes = 68;            // up to the strings
 constexpr size_t kMaxHeaderBytes = 1u << 16;  // three u16 strings + fixed part fit easily
 
-void put_u16(std::string& out, uint16_t v) {
-  for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-void put_u64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-uint64_t get_le(std::string_view b, size_t at, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
-  return v;
-}
-
 void put_str(std::string& out, std::string_view s) {
-  put_u16(out, static_cast<uint16_t>(s.size()));
+  le::put_u16(out, static_cast<uint16_t>(s.size()));
   out.append(s);
 }
 
@@ -77,22 +62,22 @@ std::string encode_record(const StoreKey& key, std::string_view payload, uint64_
   if (compression == 0) stored.assign(payload);  // incompressible: kept as it is
   const XXH128_hash_t h = XXH3_128bits(payload.data(), payload.size());
   std::string out(kMagic, sizeof kMagic);
-  put_u32(out, kFormatVersion);
+  le::put_u32(out, kFormatVersion);
   const size_t header_bytes =
       kFixedBytes + 6 + key.system_fingerprint.size() + key.tenant.size() + key.name.size() + 8;
-  put_u32(out, static_cast<uint32_t>(header_bytes));
-  put_u64(out, created_ms);
-  put_u64(out, expires_ms);
-  put_u64(out, payload.size());
-  put_u64(out, stored.size());
+  le::put_u32(out, static_cast<uint32_t>(header_bytes));
+  le::put_u64(out, created_ms);
+  le::put_u64(out, expires_ms);
+  le::put_u64(out, payload.size());
+  le::put_u64(out, stored.size());
   out.push_back(static_cast<char>(compression));
   out.append(3, '\0');
-  put_u64(out, h.low64);
-  put_u64(out, h.high64);
+  le::put_u64(out, h.low64);
+  le::put_u64(out, h.high64);
   put_str(out, key.system_fingerprint);
   put_str(out, key.tenant);
   put_str(out, key.name);
-  put_u64(out, XXH3_64bits(out.data(), out.size()));
+  le::put_u64(out, XXH3_64bits(out.data(), out.size()));
   out += stored;
   return out;
 }
@@ -107,12 +92,12 @@ std::optional<RecordHeader> parse_header(std::string_view b, StoreMiss* why, std
   if (std::memcmp(b.data(), kMagic, sizeof kMagic) != 0) {
     return fail(StoreMiss::Corrupt, "not a snapshot record (bad magic)");
   }
-  const auto version = static_cast<uint32_t>(get_le(b, 8, 4));
+  const auto version = static_cast<uint32_t>(le::get(b, 8, 4));
   if (version != kFormatVersion) {
     return fail(StoreMiss::Version,
                 fmt::format("format version {} (this build reads {})", version, kFormatVersion));
   }
-  const size_t header_bytes = get_le(b, 12, 4);
+  const size_t header_bytes = le::get(b, 12, 4);
   if (header_bytes < kFixedBytes + 6 + 8 || header_bytes > kMaxHeaderBytes) {
     return fail(StoreMiss::Corrupt, fmt::format("header length {}", header_bytes));
   }
@@ -120,20 +105,20 @@ std::optional<RecordHeader> parse_header(std::string_view b, StoreMiss* why, std
     return fail(StoreMiss::Truncated,
                 fmt::format("{} bytes, the header alone has {}", b.size(), header_bytes));
   }
-  if (get_le(b, header_bytes - 8, 8) != XXH3_64bits(b.data(), header_bytes - 8)) {
+  if (le::get(b, header_bytes - 8, 8) != XXH3_64bits(b.data(), header_bytes - 8)) {
     return fail(StoreMiss::Corrupt, "header checksum mismatch");
   }
   RecordHeader h;
   h.header_bytes = header_bytes;
-  h.created_ms = get_le(b, 16, 8);
-  h.expires_ms = get_le(b, 24, 8);
-  h.payload_bytes = get_le(b, 32, 8);
-  h.stored_bytes = get_le(b, 40, 8);
+  h.created_ms = le::get(b, 16, 8);
+  h.expires_ms = le::get(b, 24, 8);
+  h.payload_bytes = le::get(b, 32, 8);
+  h.stored_bytes = le::get(b, 40, 8);
   h.compression = static_cast<uint8_t>(b[48]);
   size_t at = kFixedBytes;
   for (std::string* s : {&h.key.system_fingerprint, &h.key.tenant, &h.key.name}) {
     if (at + 2 > header_bytes - 8) return fail(StoreMiss::Corrupt, "header strings overrun");
-    const size_t n = get_le(b, at, 2);
+    const size_t n = le::get(b, at, 2);
     at += 2;
     if (at + n > header_bytes - 8) return fail(StoreMiss::Corrupt, "header strings overrun");
     s->assign(b.substr(at, n));
@@ -186,7 +171,7 @@ Decoded decode_record(std::string_view b, const StoreKey& expected, uint64_t now
     }
   }
   const XXH128_hash_t sum = XXH3_128bits(payload.data(), payload.size());
-  if (sum.low64 != get_le(b, 52, 8) || sum.high64 != get_le(b, 60, 8)) {
+  if (sum.low64 != le::get(b, 52, 8) || sum.high64 != le::get(b, 60, 8)) {
     return miss(StoreMiss::Corrupt, "payload checksum mismatch", h);
   }
   if (h.key.system_fingerprint != expected.system_fingerprint) {

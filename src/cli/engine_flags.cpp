@@ -1,0 +1,92 @@
+#include "cli/engine_flags.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "cli/commands.h"
+#include "encore/error.h"
+
+namespace encore::cli {
+
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < lo || v > hi) {
+          return fmt::format("value {} is not a number in [{}, {}]", text, lo, hi);
+        }
+        return "";
+      },
+      fmt::format("NUMBER in [{}, {}]", lo, hi));
+}
+
+void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups) {
+  if (groups & kComputeFlags) {
+    sub->add_option("-t,--threads", f.threads, "Threads (default: all cores)")
+        ->check(CLI::Range(1, 4096));
+    sub->add_option("--isa", f.isa,
+                    "Kernels: scalar, avx2 or avx512 (default: ENCORE_ISA, else the best the CPU "
+                    "has); speed only, outputs are identical");
+    sub->add_option("--kv-type", f.kv_type,
+                    "KV cache element type: f16 (default, like llama.cpp) or f32; part of the "
+                    "numerics: outputs are reproducible under either, not across them");
+    sub->add_option("--kv-mem", f.kv_mem_mib,
+                    "KV cache budget in MiB (default: 80 % of the memory available)")
+        ->check(finite_range(0.0, 1 << 24));
+    sub->add_flag("--mmap,!--no-mmap", f.mmap,
+                  "Map the weights instead of reading them into memory");
+  }
+  if (groups & kContextFlag) {
+    sub->add_option("-c,--ctx-size", f.ctx_size,
+                    "Context size in tokens (0: model's, at most 4096)")
+        ->check(CLI::Range(0, kMaxContext));
+  }
+  if (groups & kBatchFlag) {
+    sub->add_option("-b,--batch-size,--batch-tokens", f.batch_tokens,
+                    "Tokens per forward step: prompts are evaluated in chunks of this many "
+                    "(speed only)")
+        ->check(CLI::Range(1, 1 << 20));
+  }
+  if (groups & kPrefixFlag) {
+    sub->add_flag("--prefix-cache,!--no-prefix-cache", f.prefix_cache,
+                  "Share the KV of common prompt prefixes (default: on)");
+  }
+  if (groups & kStateFlags) {
+    sub->add_option("--state-dir", f.state_dir,
+                    "Keep sessions and KV snapshots in DIR (default with --session: "
+                    "$XDG_CACHE_HOME/encore)")
+        ->type_name("DIR");
+    sub->add_option("--redis", f.redis, "Also keep them in Redis: redis://HOST:PORT[/DB]")
+        ->type_name("URL");
+    sub->add_option("--state-ttl", f.state_ttl_s,
+                    "Seconds the saved state lives (0: until the size cap removes it)")
+        ->check(finite_range(0.0, 1e9));
+  }
+}
+
+EngineOptions engine_options(const std::string& model, const EngineFlags& f, bool with_session) {
+  EngineOptions o;
+  o.model_path = model;
+  o.mmap = f.mmap;
+  o.threads = f.threads;
+  o.n_ctx = f.ctx_size;
+  o.kv_type = parse_kv_type(f.kv_type);
+  o.kv_bytes = static_cast<uint64_t>(f.kv_mem_mib * 1048576.0);
+  o.batch_tokens = f.batch_tokens;
+  o.prefix_cache = f.prefix_cache;
+  if (!f.isa.empty()) o.isa = parse_isa(f.isa);
+  o.state_dir = f.state_dir;
+  o.redis_url = f.redis;
+  if (with_session && o.state_dir.empty() && o.redis_url.empty()) {
+    o.state_dir = default_state_dir();
+    if (o.state_dir.empty()) {
+      throw InvalidArgument("--session: no state directory (set --state-dir, or HOME)");
+    }
+  }
+  o.state_ttl = std::chrono::milliseconds(static_cast<int64_t>(f.state_ttl_s * 1000.0));
+  o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
+  return o;
+}
+
+}  // namespace encore::cli
