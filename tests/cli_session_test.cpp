@@ -161,7 +161,8 @@ TEST_F(CliSession, ChatContinuesInAnotherProcessWithTheSameAnswers) {
   };
   const std::string both = chat(in2, {"--seed", "5"});
   const std::string first = chat(in_a, Args{"--seed", "5", "--session", "c"} + state());
-  const std::string second = chat(in_b, Args{"--seed", "6", "--session", "c"} + state());
+  const std::string second =
+      chat(in_b, Args{"--seed", "5", "--session", "c"} + state());  // turn 2: seed 6
   EXPECT_EQ(first + second, both) << "a chat continued in a new process answers differently";
   EXPECT_NE(read_file(dir_.file("cerr")).find("continued (2 messages)"), std::string::npos)
       << read_file(dir_.file("cerr"));
@@ -181,9 +182,20 @@ TEST_F(CliSession, ChatContinuesInAnotherProcessWithTheSameAnswers) {
   ASSERT_TRUE(std::regex_search(err, m1, std::regex("turn 1: (\\d+) prompt")));
   ASSERT_TRUE(std::regex_search(err, m2, std::regex("turn 2: (\\d+) prompt")));
   EXPECT_LT(std::stol(m2[1]), std::stol(m1[1]) + 8) << err;
-  chat(in_b, Args{"--seed", "6", "--session", "kept"} + state());
+  chat(in_b, Args{"--seed", "5", "--session", "kept"} + state());
   EXPECT_NE(read_file(dir_.file("cerr")).find("continued (2 messages)"), std::string::npos)
       << read_file(dir_.file("cerr"));
+  // /save right after /reset has nothing to save (not the discarded talk).
+  const std::string reset_save = dir_.file("rs.txt");
+  std::ofstream(reset_save) << "Hi there\n/reset\n/save dropped\n/exit\n";
+  chat(reset_save, Args{"--seed", "5"} + state());
+  EXPECT_NE(read_file(dir_.file("cerr")).find("(nothing to save)"), std::string::npos)
+      << read_file(dir_.file("cerr"));
+  // A chat session can be continued by `encore run` (its last answer goes on).
+  std::string run_err;
+  const Json more = run(Args{"-n", "6", "--session", "c"} + state(), &run_err);
+  EXPECT_EQ(ids(more).size(), 6u) << run_err;
+  EXPECT_NE(run_err.find("session continued"), std::string::npos) << run_err;
 }
 
 TEST_F(CliSession, CacheListsVerifiesCollectsAndRemoves) {

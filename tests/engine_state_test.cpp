@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,13 +63,21 @@ class EngineState : public ::testing::Test {
     o.state_dir = state_dir;
     o.redis_url = redis;
     o.fingerprint_cache_dir = "/nonexistent";
-    o.log = [this](std::string_view l) { log_.emplace_back(l); };
+    o.log = [this](std::string_view l) {  // called from several threads
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_.emplace_back(l);
+    };
     return Engine::open(file ? file : *file_, o);
   }
   std::string dir() const { return tmp_.file("state"); }
 
   static std::shared_ptr<const gguf::File>* file_;
+  std::vector<std::string> logged() {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    return log_;
+  }
   test::TempDir tmp_;
+  std::mutex log_mu_;
   std::vector<std::string> log_;
 };
 std::shared_ptr<const gguf::File>* EngineState::file_ = nullptr;
@@ -151,7 +162,7 @@ TEST_F(EngineState, DamagedOrMissingSnapshotsAreRecomputedWithTheSameOutput) {
   EXPECT_TRUE(same_output(e->run(r), cold));
   e->drain();
   bool told = false;
-  for (const std::string& l : log_) told |= l.find("will be recomputed") != std::string::npos;
+  for (const std::string& l : logged()) told |= l.find("will be recomputed") != std::string::npos;
   EXPECT_TRUE(told);
   // Gone altogether: recomputed as well.
   fs::remove_all(dir());
@@ -172,11 +183,17 @@ TEST_F(EngineState, AnotherModelNeverUsesTheState) {
   const Response got = other->run(cont);
   EXPECT_FALSE(got.session_found);
   EXPECT_EQ(got.prompt_ids, (std::vector<TokenId>{1, 5, 6})) << "another model's session used";
+  // Continuing it (no prompt) is where a model change shows: logged, counted.
+  Request resume_it;
+  resume_it.session = "s";
+  resume_it.max_tokens = 4;
+  const Response fresh = other->run(resume_it);
+  EXPECT_FALSE(fresh.session_found);
   other->drain();
   EXPECT_EQ(other->stats().blocks_restored, 0);
   EXPECT_EQ(other->stats().state_fallbacks, 1) << "the model change was not counted";
   bool told = false;
-  for (const std::string& l : log_) told |= l.find("another model") != std::string::npos;
+  for (const std::string& l : logged()) told |= l.find("another model") != std::string::npos;
   EXPECT_TRUE(told);
 }
 
@@ -194,6 +211,109 @@ TEST_F(EngineState, TenantsNeverSeeEachOthersState) {
   e->drain();
   EXPECT_EQ(e->stats().blocks_restored, 0);
   EXPECT_EQ(e->stats().sessions_loaded, 0);
+}
+
+std::string block_record_name(const BlockHash& h) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "block/%016llx%016llx", static_cast<unsigned long long>(h.hi),
+                static_cast<unsigned long long>(h.lo));
+  return buf;
+}
+
+// A record that passes every checksum but holds another block (planted under
+// the right name, as a compromised tier could) is refused by the block's own
+// checks (token ids, parent, layout) and recomputed.
+TEST_F(EngineState, AWellFormedRecordWithTheWrongBlockIsRefused) {
+  Request a = request2(prompt_of(40, 10), 3, 4), b = request2(prompt_of(40, 11), 3, 4);
+  a.persist = true;
+  std::string fp;
+  Response want_b;
+  {
+    auto e = open(dir());
+    fp = e->info().system_fingerprint;
+    e->run(a);
+    want_b = open("")->run(b);
+  }
+  const BlockHash root = prefix_root(fp, "");
+  const std::vector<TokenId> pa = prompt_of(40, 10), pb = prompt_of(40, 11);
+  const BlockHash ha = block_hash(root, std::span<const TokenId>(pa).first(16));
+  const BlockHash hb = block_hash(root, std::span<const TokenId>(pb).first(16));
+  DiskStoreOptions d;
+  d.dir = dir();
+  auto disk = open_disk_store(d);
+  const std::optional<std::string> a_block = disk->get({fp, "", block_record_name(ha)});
+  ASSERT_TRUE(a_block.has_value());
+  disk->put({fp, "", block_record_name(hb)}, *a_block, std::chrono::milliseconds(0));
+  auto e = open(dir());
+  EXPECT_TRUE(same_output(e->run(b), want_b));
+  e->drain();
+  EXPECT_EQ(e->stats().blocks_restored, 0);
+  EXPECT_EQ(e->stats().state_fallbacks, 1);
+  bool told = false;
+  for (const std::string& l : logged()) told |= l.find("other token ids") != std::string::npos;
+  EXPECT_TRUE(told);
+}
+
+// Session records are requests from outside: one that does not parse, says
+// n = 0, or carries another fingerprint inside is a fallback, never a crash
+// or a wrong continuation.
+TEST_F(EngineState, BadSessionRecordsAreFallbacks) {
+  std::string fp;
+  {
+    auto e = open(dir());
+    fp = e->info().system_fingerprint;
+    Request r = request2(prompt_of(20, 12), 3, 4);
+    r.session = "good";
+    e->run(r);
+  }
+  DiskStoreOptions d;
+  d.dir = dir();
+  auto disk = open_disk_store(d);
+  const std::string good = disk->get({fp, "", "session/good"}).value();
+  auto plant = [&](const std::string& name, std::string text) {
+    disk->put({fp, "", "session/" + name}, text, std::chrono::milliseconds(0));
+  };
+  std::string n0 = good;
+  n0.replace(n0.find("\"n\": 2"), 7, "\"n\": 0");
+  plant("n0", n0);
+  std::string other_fp = good;
+  other_fp.replace(other_fp.find(fp), fp.size(), "fp_00000000000000000000000000000000");
+  plant("otherfp", other_fp);
+  plant("garbage", "{\"format\": 1}");
+  auto e = open(dir());
+  for (const char* name : {"n0", "otherfp", "garbage"}) {
+    Request cont;
+    cont.session = name;
+    cont.max_tokens = 3;
+    const Response got = e->run(cont);
+    EXPECT_EQ(got.status, Response::Status::Ok) << name;
+    EXPECT_FALSE(got.session_found) << name;
+  }
+  e->drain();
+  EXPECT_EQ(e->stats().state_fallbacks, 3);
+  EXPECT_EQ(e->stats().sessions_loaded, 0);
+}
+
+TEST_F(EngineState, AContinuationUnderAnotherContextSizeIsRefused) {
+  {
+    Request r = request2(prompt_of(20, 13), 3, 4);
+    r.session = "ctx";
+    open(dir())->run(r);
+  }
+  EngineOptions o;
+  o.n_ctx = 128;  // the session ran with 256
+  o.kv_bytes = 8 << 20;
+  o.state_dir = dir();
+  o.fingerprint_cache_dir = "/nonexistent";
+  auto e = Engine::open(*file_, o);
+  Request cont;
+  cont.session = "ctx";
+  try {
+    e->submit(cont);
+    FAIL() << "continued under another context size";
+  } catch (const InvalidArgument& err) {
+    EXPECT_NE(std::string(err.what()).find("context size 256"), std::string::npos) << err.what();
+  }
 }
 
 class EngineRedis : public EngineState {
@@ -236,7 +356,7 @@ TEST_F(EngineRedis, RedisFlushedOrDownBetweenTurnsStillGivesTheSameOutput) {
   e->drain();
   EXPECT_GT(e->stats().state_write_errors, 0) << "the outage went unnoticed";
   bool told = false;
-  for (const std::string& l : log_) told |= l.find("retrying") != std::string::npos;
+  for (const std::string& l : logged()) told |= l.find("retrying") != std::string::npos;
   EXPECT_TRUE(told);
   redis_.start();
   EXPECT_TRUE(same_output(e->run(r), cold));

@@ -13,6 +13,7 @@
 #include "cli_runner.h"
 #include "encore/store.h"
 #include "redis_server.h"
+#include "store/snapshot.h"
 
 namespace encore {
 namespace {
@@ -134,7 +135,9 @@ TEST_F(RedisStoreTest, BadUrlsAreClearErrors) {
   }
 }
 
-TEST_F(RedisStoreTest, TieredStoreCopiesARedisHitToDisk) {
+// A hit in Redis is copied to the disk tier with the time it has left (a
+// promotion never makes a record live longer than it was written for).
+TEST_F(RedisStoreTest, TieredStorePromotesARedisHitToDiskKeepingItsExpiry) {
   test::TempDir dir;
   DiskStoreOptions d;
   d.dir = dir.file("state");
@@ -142,15 +145,21 @@ TEST_F(RedisStoreTest, TieredStoreCopiesARedisHitToDisk) {
   tiers.push_back(open_disk_store(d));
   tiers.push_back(open());
   TieredStore t(std::move(tiers));
-  t.tiers()[1]->put(kKey, "from redis", milliseconds(0));
-  const std::optional<TieredStore::Hit> first = t.get(kKey, milliseconds(0));
+  t.tiers()[1]->put(kKey, "from redis", milliseconds(60000));
+  const std::optional<TieredStore::Hit> first = t.get(kKey);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->tier, "redis");
+  EXPECT_EQ(first->tier_index, 1u);
+  ASSERT_GT(first->expires_ms, 0u);
+  t.put_above(first->tier_index, {{kKey, first->payload}},
+              milliseconds(first->expires_ms - store::unix_ms_now()));
   server_.cli("FLUSHALL");
-  const std::optional<TieredStore::Hit> second = t.get(kKey, milliseconds(0));
+  const std::optional<TieredStore::Hit> second = t.get(kKey);
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->tier, "disk");
   EXPECT_EQ(second->payload, "from redis");
+  EXPECT_GT(second->expires_ms, 0u) << "the copy lives for ever";
+  EXPECT_LE(second->expires_ms, first->expires_ms + 50);
 }
 
 }  // namespace

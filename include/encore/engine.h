@@ -69,7 +69,8 @@ struct EngineOptions {
   uint64_t state_max_bytes = 8ull << 30;   // size cap of the directory
   std::chrono::milliseconds state_ttl{0};  // records expire after this (0: never)
   // One line per remark about persistent state (a record ignored and why, a
-  // Redis outage and its end). Default: none.
+  // Redis outage and its end). Called from the scheduler, writer and
+  // submitting threads: it must be thread-safe. Default: none.
   std::function<void(std::string_view)> log;
 
   // Throws InvalidArgument naming the option.

@@ -87,14 +87,16 @@ class StoreTier {
  public:
   virtual ~StoreTier() = default;
   virtual std::string_view name() const = 0;
-  // The record's payload, or nullopt: absent, expired or unusable.
-  virtual std::optional<std::string> get(const StoreKey& key) = 0;
+  // The record's payload, or nullopt: absent, expired or unusable. With
+  // expires_ms, also its expiry (ms since the epoch, 0: never), so a copy
+  // elsewhere can keep the same deadline.
+  virtual std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms = nullptr) = 0;
   // Stores a payload that expires after ttl (0: never). Throws StoreError
   // when it could not be stored (what was stored before stays valid).
   virtual void put(const StoreKey& key, std::string_view payload,
                    std::chrono::milliseconds ttl) = 0;
   // Several at once (Redis pipelines them). Throws StoreError after trying
-  // all of them if any failed.
+  // all of them if any failed (the valid ones are stored).
   virtual void put_many(const std::vector<std::pair<StoreKey, std::string>>& items,
                         std::chrono::milliseconds ttl);
   // True if a record was removed.
@@ -166,19 +168,32 @@ struct RedisRecord {
 };
 // Every Encore key of the server (SCAN). Throws StoreError when unreachable.
 std::vector<RedisRecord> list_redis_records(const std::string& url);
+// The tenant part of a Redis key ("encore:v1:<fp>:<this>:<name>").
+std::string redis_tenant_tag(std::string_view tenant);
+// The key's record name (after the tenant part).
+std::string redis_record_name(std::string_view key);
+// Deletes the given keys; returns how many existed. Throws StoreError.
+int64_t remove_redis_records(const std::string& url, const std::vector<std::string>& keys);
 
-// Tiers from fastest to slowest. get() asks each in turn and copies a hit
-// into the tiers before it; put() writes to all (errors of one tier are
-// counted there and do not stop the others; the first is rethrown after).
+// Tiers from fastest to slowest. get() asks each in turn; the caller
+// promotes a hit (copies it into the tiers before the one that had it, with
+// the time it has left) with put_above(), typically off its hot path.
+// put() writes to all (errors of one tier are counted there and do not stop
+// the others; the first is rethrown after).
 class TieredStore {
  public:
   explicit TieredStore(std::vector<std::unique_ptr<StoreTier>> tiers);
-  // The payload and the tier that had it.
+  // The payload, the tier that had it and its expiry.
   struct Hit {
     std::string payload;
     std::string tier;
+    size_t tier_index = 0;
+    uint64_t expires_ms = 0;  // 0: never
   };
-  std::optional<Hit> get(const StoreKey& key, std::chrono::milliseconds ttl);
+  std::optional<Hit> get(const StoreKey& key);
+  // Writes to the tiers before tier_index only; ttl as put().
+  void put_above(size_t tier_index, const std::vector<std::pair<StoreKey, std::string>>& items,
+                 std::chrono::milliseconds ttl);
   void put(const StoreKey& key, std::string_view payload, std::chrono::milliseconds ttl);
   void put_many(const std::vector<std::pair<StoreKey, std::string>>& items,
                 std::chrono::milliseconds ttl);

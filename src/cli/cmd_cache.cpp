@@ -54,6 +54,18 @@ bool selected(const DiskRecord& r, const CacheArgs& a) {
   return a.all || a.name.empty() || r.key.name.rfind(a.name, 0) == 0;
 }
 
+// The Redis keys rm/ls select: tenant (by its key tag) and name prefix.
+std::vector<RedisRecord> redis_selected(const CacheArgs& a) {
+  std::vector<RedisRecord> out;
+  const std::string tag = ":" + redis_tenant_tag(a.tenant) + ":";
+  for (RedisRecord& r : list_redis_records(a.redis)) {
+    if (!a.tenant.empty() && r.key.find(tag) == std::string::npos) continue;
+    if (!a.all && !a.name.empty() && redis_record_name(r.key).rfind(a.name, 0) != 0) continue;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 void ls(const CacheArgs& a, bool verify) {
   const std::string dir = state_dir_of(a);
   const int64_t now = now_ms();
@@ -72,7 +84,7 @@ void ls(const CacheArgs& a, bool verify) {
                r.problem && verify ? fmt::format("  ({})", r.detail) : "");
   }
   if (!a.redis.empty()) {
-    for (const RedisRecord& r : list_redis_records(a.redis)) {
+    for (const RedisRecord& r : redis_selected(a)) {
       fmt::print("{:<10} {:>9} {:>6} {:>7}  redis {}\n", "redis", r.bytes, "-",
                  r.ttl_ms < 0 ? "-" : age(r.ttl_ms), r.key);
     }
@@ -115,6 +127,11 @@ void rm(const CacheArgs& a) {
     }
   }
   fmt::print("removed {} record(s), {:.1f} MiB\n", n, bytes / 1048576.0);
+  if (!a.redis.empty()) {  // else a removed session would come back from Redis
+    std::vector<std::string> keys;
+    for (const RedisRecord& r : redis_selected(a)) keys.push_back(r.key);
+    fmt::print("removed {} Redis key(s)\n", remove_redis_records(a.redis, keys));
+  }
 }
 
 void gc(const CacheArgs& a) {
@@ -156,38 +173,40 @@ void add_cache_command(CLI::App& app) {
   CLI::App* cache = app.add_subcommand(
       "cache", "Inspect the saved state (sessions, KV snapshots): ls, show, rm, gc, verify, stats");
   cache->require_subcommand(1);
-  auto common = [&](CLI::App* sub) {
+  auto common = [&](CLI::App* sub, bool with_redis) {
     sub->add_option("--state-dir", args->dir,
                     "The state directory (default $XDG_CACHE_HOME/encore)")
         ->type_name("DIR");
-    sub->add_option("--redis", args->redis, "Also list Redis: redis://HOST:PORT[/DB]")
-        ->type_name("URL");
+    if (with_redis) {
+      sub->add_option("--redis", args->redis, "Redis too: redis://HOST:PORT[/DB]")
+          ->type_name("URL");
+    }
     sub->add_option("--tenant", args->tenant, "Only this tenant's records");
   };
   CLI::App* s_ls = cache->add_subcommand("ls", "One line per record: status, size, use, TTL, name");
-  common(s_ls);
+  common(s_ls, true);
   s_ls->add_option("name", args->name, "Only names starting with this");
   s_ls->callback([args] { ls(*args, false); });
   CLI::App* s_verify = cache->add_subcommand("verify", "Re-check every record's checksums");
-  common(s_verify);
+  common(s_verify, false);
   s_verify->callback([args] { ls(*args, true); });
   CLI::App* s_show = cache->add_subcommand("show", "Everything about the records named NAME*");
-  common(s_show);
+  common(s_show, false);
   s_show->add_option("name", args->name, "Record name or prefix (session/ID, block/HASH)")
       ->required();
   s_show->callback([args] { show(*args); });
   CLI::App* s_rm = cache->add_subcommand("rm", "Remove the records named NAME* (or --all)");
-  common(s_rm);
+  common(s_rm, true);
   s_rm->add_option("name", args->name, "Record name or prefix");
   s_rm->add_flag("--all", args->all, "Every record");
   s_rm->callback([args] { rm(*args); });
   CLI::App* s_gc = cache->add_subcommand(
       "gc", "Remove expired, damaged and interrupted records, and the least used over the cap");
-  common(s_gc);
+  common(s_gc, false);
   s_gc->add_option("--max-mib", args->max_mib, "Size cap in MiB")->check(CLI::Range(0.0, 1e9));
   s_gc->callback([args] { gc(*args); });
   CLI::App* s_stats = cache->add_subcommand("stats", "Records and bytes per fingerprint and kind");
-  common(s_stats);
+  common(s_stats, true);
   s_stats->callback([args] { stats(*args); });
 }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -69,7 +70,7 @@ void run_chat(const ChatArgs& a) {
 
   std::optional<Response> last;
   std::optional<Request> last_request;
-  int turn = 0;
+  int turn = 0;  // turns in this process
   for (;;) {
     if (tty) {
       fmt::print("> ");
@@ -81,6 +82,8 @@ void run_chat(const ChatArgs& a) {
     if (line == "/exit") break;
     if (line == "/reset") {
       messages = fresh_conversation(a);
+      last.reset();  // /save has nothing to save until the next answer
+      last_request.reset();
       fmt::print(stderr, "(conversation reset)\n");
       continue;
     }
@@ -109,13 +112,22 @@ void run_chat(const ChatArgs& a) {
     r.messages = messages;
     r.chat_template = a.chat_template;
     r.sampling = a.sampling;
-    if (a.seed) r.seed = *a.seed + static_cast<uint64_t>(turn);  // one seed per turn, reported
+    // One seed per turn of the conversation (a continued one goes on counting).
+    int64_t user_turns = 0;
+    for (const ChatMessage& m : messages) user_turns += m.role == "user" ? 1 : 0;
+    if (a.seed) r.seed = *a.seed + static_cast<uint64_t>(user_turns - 1);
     r.max_tokens = a.n_predict;
     r.stream = true;
     r.session = a.session;
     RequestHandle h = engine->submit(r);
-    while (const std::optional<Event> e = h.next()) {
+    for (;;) {  // polled, so that Ctrl-C also stops a long prompt evaluation
+      const std::optional<Event> e = h.next_for(std::chrono::milliseconds(100));
       if (g_interrupted) h.cancel();
+      if (!e) {
+        if (h.done()) break;
+        continue;
+      }
+      if (e->kind == Event::Kind::Done) break;
       fmt::print("{}", e->text);
       std::fflush(stdout);
     }
@@ -158,7 +170,9 @@ void add_chat_command(CLI::App& app) {
   sub->add_option("--chat-template", args->chat_template,
                   "Chat template family instead of the model's: " + chat_template_names())
       ->type_name("NAME");
-  sub->add_option("--seed", args->seed, "Seed of the first answer (turn k: seed + k)");
+  sub->add_option("--seed", args->seed,
+                  "Seed of the conversation's first answer (its k-th answer: seed + k - 1, also "
+                  "in a continued session)");
   sub->add_option("--temp", args->sampling.temp, "Temperature (0: greedy)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();

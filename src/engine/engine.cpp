@@ -83,6 +83,10 @@ void EngineOptions::validate() const {
   if (!(kv_ram_fraction > 0 && kv_ram_fraction <= 1)) {
     throw InvalidArgument(fmt::format("KV memory fraction {} must be in (0, 1]", kv_ram_fraction));
   }
+  if ((!state_dir.empty() || !redis_url.empty()) && state_max_bytes < (1u << 20)) {
+    throw InvalidArgument(
+        fmt::format("state size cap {} bytes must be at least 1 MiB", state_max_bytes));
+  }
   if (batch_tokens < 1 || batch_tokens > (1 << 20)) {
     throw InvalidArgument(fmt::format("batch tokens {} must be in [1, {}]", batch_tokens, 1 << 20));
   }
@@ -339,7 +343,7 @@ Persistence& persistence_of(Engine::Impl& m, const std::string& session) {
 
 std::optional<RunState> Engine::load_session(const std::string& tenant,
                                              const std::string& session) {
-  return persistence_of(*impl_, session).load_session(tenant, session);
+  return persistence_of(*impl_, session).load_session(tenant, session, false);
 }
 
 void Engine::save_session(const std::string& tenant, const std::string& session,

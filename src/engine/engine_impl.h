@@ -59,7 +59,14 @@ struct Engine::Impl {
   void publish_stats();
   // Validates and tokenizes a request into a Job (caller's thread).
   std::unique_ptr<Job> make_job(Request r);
-  bool continue_session(Request& r);
+  // What continuing a session found (see submit.cpp).
+  struct SessionStart {
+    bool found = false;
+    bool continues_answer = false;  // no prompt: the last answer of a chat goes on
+    std::vector<ChatMessage> history;
+    std::string chat_template;
+  };
+  SessionStart continue_session(Request& r);
   // Runs fn on the scheduler thread between steps and waits for it
   // (exceptions are rethrown here). For work that drives the forward context
   // directly (benchmarks).

@@ -6,6 +6,7 @@
 
 #include "encore/error.h"
 #include "engine/job.h"
+#include "store/snapshot.h"
 #include "util/little_endian.h"
 
 namespace encore {
@@ -14,6 +15,10 @@ namespace {
 constexpr uint32_t kBlockMagic = 0x4b4c4245;  // "EBLK" little-endian
 constexpr uint32_t kBlockVersion = 1;
 constexpr size_t kBlockFixed = 4 * 6 + 16 + 16;  // six u32, parent, root
+
+// Writes waiting for a slow or absent tier are dropped (oldest first) past
+// this: they are only a cache, and memory is not.
+constexpr size_t kMaxQueuedBytes = size_t{256} << 20;
 
 std::string block_name(const BlockHash& h) {
   return fmt::format("block/{:016x}{:016x}", h.hi, h.lo);
@@ -70,7 +75,14 @@ StoreKey Persistence::key(const std::string& tenant, std::string name) const {
 
 int32_t Persistence::restore(const std::string& tenant, const BlockKey& bk,
                              std::span<const int32_t> tokens) {
-  const std::optional<TieredStore::Hit> hit = store_->get(key(tenant, block_name(bk.hash)), ttl_);
+  const StoreKey k = key(tenant, block_name(bk.hash));
+  std::optional<TieredStore::Hit> hit;
+  try {
+    hit = store_->get(k);
+  } catch (const std::exception& e) {  // out of memory reading a record: recompute instead
+    if (log_) log_(fmt::format("state: reading {} failed: {}", k.name, e.what()));
+    return -1;
+  }
   if (!hit) return -1;
   const std::string_view p = hit->payload;
   const KvLayout& l = pool_.layout();
@@ -115,6 +127,7 @@ int32_t Persistence::restore(const std::string& tenant, const BlockKey& bk,
   const std::span<uint8_t> dst = pool_.writable_block_data(block);
   std::memcpy(dst.data(), p.data() + kBlockFixed + 4 * bt, dst.size());
   pool_.publish(block, bk, tokens);
+  promote(*hit, k);
   std::lock_guard<std::mutex> lock(mu_);
   ++c_.blocks_restored;
   ++c_.restored_from[hit->tier == "redis" ? 1 : 0];
@@ -169,11 +182,24 @@ void Persistence::save_session(const std::string& tenant, const std::string& ses
   enqueue(std::move(w));
 }
 
+void Persistence::promote(const TieredStore::Hit& hit, const StoreKey& key) {
+  if (hit.tier_index == 0) return;
+  Write w;
+  w.above = hit.tier_index;
+  if (hit.expires_ms != 0) {
+    const uint64_t now = store::unix_ms_now();
+    if (hit.expires_ms <= now + 1) return;  // about to expire: not worth a copy
+    w.ttl = std::chrono::milliseconds(hit.expires_ms - now);
+  }
+  w.items.emplace_back(key, hit.payload);
+  enqueue(std::move(w));
+}
+
 std::optional<RunState> Persistence::load_session(const std::string& tenant,
-                                                  const std::string& session) {
+                                                  const std::string& session, bool look_elsewhere) {
   const StoreKey k = key(tenant, "session/" + session);
-  const std::optional<TieredStore::Hit> hit = store_->get(k, ttl_);
-  if (!hit) {
+  const std::optional<TieredStore::Hit> hit = store_->get(k);
+  if (!hit && look_elsewhere) {
     // Saved under another model, build or numerics setting: never used.
     const std::vector<std::string> others = store_->elsewhere(k);
     if (!others.empty()) {
@@ -190,9 +216,11 @@ std::optional<RunState> Persistence::load_session(const std::string& tenant,
     }
     return std::nullopt;
   }
+  if (!hit) return std::nullopt;
   try {
     RunState s = parse_run_state(hit->payload, "session " + session);
     if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");
+    promote(*hit, k);
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.sessions_loaded;
     return s;
@@ -208,8 +236,19 @@ std::optional<RunState> Persistence::load_session(const std::string& tenant,
 }
 
 void Persistence::enqueue(Write w) {
+  if (w.ttl.count() == 0) w.ttl = ttl_;
+  for (const auto& item : w.items) w.bytes += item.second.size();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    while (!queue_.empty() && queued_bytes_ + w.bytes > kMaxQueuedBytes) {
+      // The tiers cannot keep up: the oldest writes go (recomputed if needed).
+      const Write& old = queue_.front();
+      ++c_.write_errors;
+      for (const auto& item : old.items) written_.erase(item.first.name);
+      queued_bytes_ -= old.bytes;
+      queue_.pop_front();
+    }
+    queued_bytes_ += w.bytes;
     queue_.push_back(std::move(w));
   }
   wake_.notify_all();
@@ -224,11 +263,16 @@ void Persistence::writer_main() {
       if (queue_.empty()) return;  // stopping with nothing left to write
       w = std::move(queue_.front());
       queue_.pop_front();
+      queued_bytes_ -= w.bytes;
       writing_ = true;
     }
     try {
-      store_->put_many(w.items, ttl_);
-    } catch (const StoreError& e) {
+      if (w.above == SIZE_MAX) {
+        store_->put_many(w.items, w.ttl);
+      } else {
+        store_->put_above(w.above, w.items, w.ttl);
+      }
+    } catch (const std::exception& e) {  // StoreError, or out of memory compressing
       // What failed is recomputed when needed; tell it (the tiers count it).
       if (log_) log_(fmt::format("state: {}", e.what()));
       std::lock_guard<std::mutex> lock(mu_);

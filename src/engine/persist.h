@@ -15,6 +15,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -62,7 +63,11 @@ class Persistence {
   // Queues the session record of `job` after its blocks.
   void save_session(const std::string& tenant, const std::string& session, const RunState& state);
   // The session record, or nullopt (none, or unusable: logged, counted).
-  std::optional<RunState> load_session(const std::string& tenant, const std::string& session);
+  // look_elsewhere: when there is none, ask the tiers whether another model
+  // left one under that name (logged and counted as a fallback; costs a
+  // directory walk and a Redis SCAN, so only for explicit continuations).
+  std::optional<RunState> load_session(const std::string& tenant, const std::string& session,
+                                       bool look_elsewhere);
   // Blocks until every queued write is done (or failed).
   void flush();
 
@@ -73,7 +78,13 @@ class Persistence {
  private:
   struct Write {
     std::vector<std::pair<StoreKey, std::string>> items;
+    size_t above = SIZE_MAX;  // only the tiers before this one (a promotion); else all
+    std::chrono::milliseconds ttl{0};
+    size_t bytes = 0;
   };
+  // Queues a copy of a hit for the tiers above the one that had it, with
+  // the time it has left.
+  void promote(const TieredStore::Hit& hit, const StoreKey& key);
   void writer_main();
   void enqueue(Write w);
   StoreKey key(const std::string& tenant, std::string name) const;
@@ -88,6 +99,7 @@ class Persistence {
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<Write> queue_;
+  size_t queued_bytes_ = 0;  // bounded: past kMaxQueuedBytes the oldest writes are dropped
   bool writing_ = false;
   bool stop_ = false;
   PersistCounters c_;

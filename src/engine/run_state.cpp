@@ -285,7 +285,10 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     r.chat_template = get<std::string>(req, "chat_template", where + ": request");
   }
   const Json samples = get<Json>(j, "samples", where);
-  if (!samples.is_array() || r.n < 0 || samples.size() != static_cast<size_t>(r.n)) {
+  if (r.n < 1 || r.n > kMaxSamples) {
+    throw InvalidArgument(fmt::format("{}: n = {} must be in [1, {}]", where, r.n, kMaxSamples));
+  }
+  if (!samples.is_array() || samples.size() != static_cast<size_t>(r.n)) {
     throw InvalidArgument(
         fmt::format("{}: samples must be an array of n = {} entries", where, r.n));
   }

@@ -261,8 +261,11 @@ void Scheduler::admit() {
             find_block(job, key,
                        std::span<const TokenId>(job.prompt)
                            .subspan(b * static_cast<size_t>(bt), static_cast<size_t>(bt)),
-                       &from_store);
-        if (block < 0) break;
+                       b < job.store_miss_at, &from_store);
+        if (block < 0) {
+          job.store_miss_at = std::min(job.store_miss_at, b);
+          break;
+        }
         hits.push_back(block);
         restored += from_store ? 1 : 0;
       }
@@ -311,10 +314,10 @@ void Scheduler::admit() {
 // A full block for `key` from the prefix cache, else from the state tiers
 // (copied into the pool and published); -1 when neither has it.
 int32_t Scheduler::find_block(Job& job, const BlockKey& key, std::span<const TokenId> tokens,
-                              bool* restored) {
+                              bool try_store, bool* restored) {
   *restored = false;
   int32_t block = pool_.lookup(key, tokens);
-  if (block < 0 && persist_) {
+  if (block < 0 && persist_ && try_store) {
     block = persist_->restore(job.tenant, key, tokens);
     *restored = block >= 0;
   }
@@ -338,7 +341,7 @@ void Scheduler::extend_sample(Job& job, int i) {
     const BlockHash parent = b == 0 ? job.root : s.hashes.back();
     const BlockKey key{block_hash(parent, tokens), parent, job.root};
     bool restored = false;
-    const int32_t block = find_block(job, key, tokens, &restored);
+    const int32_t block = find_block(job, key, tokens, /*try_store=*/true, &restored);
     if (block < 0) return;
     if (static_cast<size_t>(b) < s.seq.blocks.size()) {
       pool_.release(s.seq.blocks[static_cast<size_t>(b)]);
@@ -544,7 +547,12 @@ void Scheduler::complete(Job& job, Response::Status status, std::string error) {
   }
   if (status == Response::Status::Ok && persist_ && !job.session.empty()) {
     Request saved = job.saved;
-    if (!saved.messages.empty()) saved.messages.push_back({"assistant", r.samples[0].text});
+    if (job.continues_answer && !saved.messages.empty() &&
+        saved.messages.back().role == "assistant") {
+      saved.messages.back().content += r.samples[0].text;
+    } else if (!saved.messages.empty()) {
+      saved.messages.push_back({"assistant", r.samples[0].text});
+    }
     persist_->save_session(job.tenant, job.session,
                            run_state_after(saved, r, persist_->fingerprint(), ctx_.n_ctx()));
   }

@@ -79,7 +79,7 @@ class Scheduler {
   void run_step();
   void after_step();
   void publish(Job& job, int sample);
-  int32_t find_block(Job& job, const BlockKey& key, std::span<const TokenId> tokens,
+  int32_t find_block(Job& job, const BlockKey& key, std::span<const TokenId> tokens, bool try_store,
                      bool* restored);
   void extend_sample(Job& job, int i);
   void advance(Job& job, int i);

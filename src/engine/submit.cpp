@@ -104,8 +104,8 @@ void validate_counts(const Request& r, int n_vocab) {
 // session's continuation (its request and sample states, as a resume); with
 // a text or ids prompt, the prompt is appended to the session's conversation
 // (its prompt and sample 0's ids). Messages are rendered whole as always.
-// False when there is no usable saved session (a fresh start).
-bool Engine::Impl::continue_session(Request& r) {
+// found is false when there is no usable saved session (a fresh start).
+Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   if (!valid_session_id(r.session)) {
     throw InvalidArgument(fmt::format(
         "session: '{}' is not a session id ([A-Za-z0-9_.-], 1 to 128 bytes)", r.session));
@@ -114,10 +114,13 @@ bool Engine::Impl::continue_session(Request& r) {
     throw InvalidArgument(
         "session: this engine has no state tiers (give it a state directory or a Redis URL)");
   }
-  std::optional<RunState> saved = persist->load_session(r.tenant, r.session);
-  if (!saved) return false;
+  const bool no_prompt = r.prompt.empty() && r.prompt_ids.empty() && r.messages.empty();
+  std::optional<RunState> saved = persist->load_session(r.tenant, r.session, no_prompt);
+  SessionStart start;
+  if (!saved) return start;
+  start.found = true;
   Request& s = saved->request;
-  if (r.prompt.empty() && r.prompt_ids.empty() && r.messages.empty()) {
+  if (no_prompt) {
     if (saved->n_ctx != info.n_ctx) {
       throw InvalidArgument(fmt::format(
           "session: '{}' ran with context size {}; this engine has {}, which would end it "
@@ -131,10 +134,17 @@ bool Engine::Impl::continue_session(Request& r) {
     s.priority = r.priority;
     s.session = r.session;
     s.persist = r.persist;
+    // A chat's conversation is history, not a prompt: the ids are. The
+    // continued text extends its last answer.
+    start.history = std::move(s.messages);
+    start.chat_template = std::move(s.chat_template);
+    start.continues_answer = !start.history.empty();
+    s.messages.clear();
+    s.chat_template.clear();
     r = std::move(s);
-    return true;
+    return start;
   }
-  if (!r.messages.empty()) return true;
+  if (!r.messages.empty()) return start;
   std::vector<TokenId> ids = s.prompt_ids;
   if (!s.resume.empty()) ids.insert(ids.end(), s.resume[0].ids.begin(), s.resume[0].ids.end());
   std::vector<TokenId> added = r.prompt_ids;
@@ -146,7 +156,7 @@ bool Engine::Impl::continue_session(Request& r) {
   ids.insert(ids.end(), added.begin(), added.end());
   r.prompt.clear();
   r.prompt_ids = std::move(ids);
-  return true;
+  return start;
 }
 
 std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
@@ -155,7 +165,12 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   validate_counts(r, n_vocab);
   auto job = std::make_unique<Job>();
   Response& resp = job->response;
-  if (!r.session.empty()) resp.session_found = continue_session(r);
+  SessionStart start;
+  if (!r.session.empty()) {
+    start = continue_session(r);
+    resp.session_found = start.found;
+    if (start.found) validate_counts(r, n_vocab);  // a stored request is checked like any
+  }
 
   // The prompt: text, ids or messages.
   const bool chat = !r.messages.empty() || !r.chat_template.empty();
@@ -273,6 +288,11 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
     job->saved.ignore_eos = r.ignore_eos;
     job->saved.messages = r.messages;  // the answer is added when it is known
     job->saved.chat_template = r.chat_template;
+    if (start.continues_answer) {
+      job->saved.messages = std::move(start.history);
+      job->saved.chat_template = std::move(start.chat_template);
+      job->continues_answer = true;
+    }
   }
   job->max_tokens = r.max_tokens;
   job->logprobs = r.logprobs;

@@ -55,7 +55,7 @@ class DiskStore final : public StoreTier {
 
   std::string_view name() const override { return "disk"; }
 
-  std::optional<std::string> get(const StoreKey& key) override {
+  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms) override {
     bump(&StoreCounters::gets);
     if (!store::valid_name(key.name)) return none();
     const std::string path = path_of(key);
@@ -71,7 +71,7 @@ class DiskStore final : public StoreTier {
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     if (size > o_.max_record_bytes + (1u << 16)) {
-      return reject(path, StoreMiss::TooLarge, fmt::format("{} bytes", size));
+      return reject(path, st, StoreMiss::TooLarge, fmt::format("{} bytes", size));
     }
     std::string bytes(size, '\0');
     size_t got = 0;
@@ -83,7 +83,8 @@ class DiskStore final : public StoreTier {
     }
     bytes.resize(got);
     store::Decoded d = store::decode_record(bytes, key, store::unix_ms_now(), o_.max_record_bytes);
-    if (!d.payload) return reject(path, d.why, d.detail);
+    if (!d.payload) return reject(path, st, d.why, d.detail);
+    if (expires_ms) *expires_ms = d.header.expires_ms;
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // most recently used
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -107,15 +108,15 @@ class DiskStore final : public StoreTier {
         key, payload, now, ttl.count() > 0 ? now + ttl.count() : 0, o_.zstd_level);
     const std::string path = path_of(key);
     const std::string dir = fs::path(path).parent_path().string();
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) put_error(fmt::format("disk store: cannot create {}: {}", dir, ec.message()));
-    const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), ++tmp_counter_);
+    make_private_dirs(dir);
+    // A unique temporary name (mkstemp: O_EXCL, mode 0600): writers in other
+    // processes, or leftovers of a killed one, never collide with it.
+    std::string tmp = path + ".tmp.XXXXXX";
     uint64_t old_size = 0;
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) old_size = static_cast<uint64_t>(st.st_size);
     {
-      const Fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+      const Fd f(::mkstemp(tmp.data()));
       if (f.fd < 0)
         put_error(fmt::format("disk store: cannot create {}: {}", tmp, std::strerror(errno)));
       size_t done = 0;
@@ -242,7 +243,7 @@ class DiskStore final : public StoreTier {
   }
   // A record that is there but unusable: counted, told, and removed (a
   // good copy is written again by whoever recomputes it).
-  std::optional<std::string> reject(const std::string& path, StoreMiss why,
+  std::optional<std::string> reject(const std::string& path, const struct stat& read, StoreMiss why,
                                     const std::string& detail) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -253,8 +254,26 @@ class DiskStore final : public StoreTier {
       o_.log(fmt::format("disk store: ignoring {} ({}: {}); it will be recomputed", path,
                          store_miss_name(why), detail));
     }
-    remove_file(path);
+    // Removed unless the file was replaced since it was read (another
+    // writer's good record), or belongs to another format version (its build).
+    struct stat now {};
+    if (why != StoreMiss::Version && ::stat(path.c_str(), &now) == 0 && now.st_ino == read.st_ino &&
+        now.st_dev == read.st_dev) {
+      remove_file(path);
+    }
     return std::nullopt;
+  }
+
+  // Creates dir and its missing parents below the state directory, readable
+  // by the owner only: records hold conversations.
+  void make_private_dirs(const std::string& dir) {
+    std::error_code ec;
+    if (fs::is_directory(dir, ec)) return;
+    fs::create_directories(dir, ec);
+    if (ec) put_error(fmt::format("disk store: cannot create {}: {}", dir, ec.message()));
+    for (fs::path p = dir; p.string().size() > o_.dir.size(); p = p.parent_path()) {
+      fs::permissions(p, fs::perms::owner_all, fs::perm_options::replace, ec);
+    }
   }
   void io_error(const std::string& what) {
     {

@@ -94,7 +94,7 @@ class RedisStore final : public StoreTier {
 
   std::string_view name() const override { return "redis"; }
 
-  std::optional<std::string> get(const StoreKey& key) override {
+  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.gets;
     if (!store::valid_name(key.name) || !connected()) return miss();
@@ -122,6 +122,7 @@ class RedisStore final : public StoreTier {
       return std::nullopt;
     }
     ++c_.hits;
+    if (expires_ms) *expires_ms = d.header.expires_ms;
     return std::move(d.payload);
   }
 
@@ -133,23 +134,28 @@ class RedisStore final : public StoreTier {
                 std::chrono::milliseconds ttl) override {
     std::lock_guard<std::mutex> lock(mu_);
     c_.puts += static_cast<int64_t>(items.size());
-    for (const auto& [key, payload] : items) {
-      if (!store::valid_name(key.name) || payload.size() > o_.max_record_bytes) {
+    std::string error;
+    std::vector<size_t> valid;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const auto& [key, payload] = items[i];
+      if (store::valid_name(key.name) && payload.size() <= o_.max_record_bytes) {
+        valid.push_back(i);
+      } else {
         ++c_.put_errors;
-        throw StoreError(fmt::format("redis store: record '{}' of {} bytes cannot be stored",
-                                     key.name, payload.size()));
+        error = fmt::format("record '{}' of {} bytes cannot be stored", key.name, payload.size());
       }
     }
-    if (!connected()) {
-      c_.put_errors += static_cast<int64_t>(items.size());
+    if (!valid.empty() && !connected()) {
+      c_.put_errors += static_cast<int64_t>(valid.size());
       throw StoreError(fmt::format("redis store: {} is unreachable", o_.url));
     }
     // Pipelined: every SET is sent, then every reply read.
     const uint64_t now = store::unix_ms_now();
     const std::string px = std::to_string(ttl.count());
     std::vector<std::string> values;
-    values.reserve(items.size());
-    for (const auto& [key, payload] : items) {
+    values.reserve(valid.size());
+    for (size_t i : valid) {
+      const auto& [key, payload] = items[i];
       values.push_back(
           store::encode_record(key, payload, now, ttl.count() > 0 ? now + ttl.count() : 0, 1));
       const std::string k = redis_key(key);
@@ -157,27 +163,26 @@ class RedisStore final : public StoreTier {
       const size_t lens[] = {3, k.size(), values.back().size(), 2, px.size()};
       redisAppendCommandArgv(ctx_.get(), ttl.count() > 0 ? 5 : 3, argv, lens);
     }
-    std::string error;
-    for (size_t i = 0; i < items.size(); ++i) {
+    bool connection_failed = false;
+    for (size_t v = 0; v < values.size(); ++v) {
       void* raw = nullptr;
       if (redisGetReply(ctx_.get(), &raw) != REDIS_OK) {
         error = ctx_->errstr;
-        c_.put_errors += static_cast<int64_t>(items.size() - i);
+        c_.put_errors += static_cast<int64_t>(values.size() - v);
+        connection_failed = true;
         break;
       }
       Reply r(static_cast<redisReply*>(raw));
-      if (r->type == REDIS_REPLY_ERROR) {
+      if (r->type == REDIS_REPLY_ERROR) {  // e.g. OOM: this value only
         ++c_.put_errors;
         error = r->str;
         continue;
       }
-      c_.bytes_written += values[i].size();
+      c_.bytes_written += values[v].size();
     }
-    if (!error.empty()) {
-      failed(error, nullptr);
-      throw StoreError(fmt::format("redis store: {}: {}", o_.url, error));
-    }
-    recovered();
+    if (connection_failed) failed(error, nullptr);
+    if (!error.empty()) throw StoreError(fmt::format("redis store: {}: {}", o_.url, error));
+    if (!values.empty()) recovered();
   }
 
   bool remove(const StoreKey& key) override {
@@ -233,8 +238,8 @@ class RedisStore final : public StoreTier {
 
  private:
   static std::string redis_key(const StoreKey& key) {
-    return fmt::format("encore:v1:{}:{:016x}:{}", key.system_fingerprint,
-                       XXH3_64bits(key.tenant.data(), key.tenant.size()), key.name);
+    return fmt::format("encore:v1:{}:{}:{}", key.system_fingerprint, redis_tenant_tag(key.tenant),
+                       key.name);
   }
 
   // A usable connection, or false (down: within retry_after of a failure,
@@ -349,6 +354,48 @@ std::vector<RedisRecord> list_redis_records(const std::string& url) {
   std::sort(out.begin(), out.end(),
             [](const RedisRecord& a, const RedisRecord& b) { return a.key < b.key; });
   return out;
+}
+
+}  // namespace encore
+
+namespace encore {
+
+std::string redis_tenant_tag(std::string_view tenant) {
+  return fmt::format("{:016x}", XXH3_64bits(tenant.data(), tenant.size()));
+}
+
+std::string redis_record_name(std::string_view key) {
+  size_t at = std::string_view::npos;
+  for (int colon = 0; colon < 4; ++colon) {  // encore:v1:<fp>:<tenant tag>:<name>
+    at = key.find(':', at == std::string_view::npos ? 0 : at + 1);
+    if (at == std::string_view::npos) return {};
+  }
+  return std::string(key.substr(at + 1));
+}
+
+int64_t remove_redis_records(const std::string& url, const std::vector<std::string>& keys) {
+  const Url u = parse_url(url);
+  std::unique_ptr<redisContext, ContextFree> c(
+      redisConnectWithTimeout(u.host.c_str(), u.port, to_timeval(std::chrono::milliseconds(2000))));
+  if (!c || c->err) {
+    throw StoreError(fmt::format("redis {}: {}", url, c ? c->errstr : "cannot connect"));
+  }
+  redisSetTimeout(c.get(), to_timeval(std::chrono::milliseconds(5000)));
+  if (u.db != 0) {
+    Reply r(static_cast<redisReply*>(redisCommand(c.get(), "SELECT %d", u.db)));
+    if (!r || r->type == REDIS_REPLY_ERROR) throw StoreError("redis: SELECT failed");
+  }
+  int64_t removed = 0;
+  for (const std::string& k : keys) {
+    const char* argv[] = {"DEL", k.c_str()};
+    const size_t lens[] = {3, k.size()};
+    Reply r(static_cast<redisReply*>(redisCommandArgv(c.get(), 2, argv, lens)));
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+      throw StoreError(fmt::format("redis {}: {}", url, r ? r->str : c->errstr));
+    }
+    removed += r->integer;
+  }
+  return removed;
 }
 
 }  // namespace encore

@@ -54,21 +54,28 @@ std::string default_state_dir() {
 TieredStore::TieredStore(std::vector<std::unique_ptr<StoreTier>> tiers)
     : tiers_(std::move(tiers)) {}
 
-std::optional<TieredStore::Hit> TieredStore::get(const StoreKey& key,
-                                                 std::chrono::milliseconds ttl) {
+std::optional<TieredStore::Hit> TieredStore::get(const StoreKey& key) {
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    std::optional<std::string> payload = tiers_[t]->get(key);
+    uint64_t expires = 0;
+    std::optional<std::string> payload = tiers_[t]->get(key, &expires);
     if (!payload) continue;
-    for (size_t up = 0; up < t; ++up) {  // promote: the next lookup is served sooner
-      try {
-        tiers_[up]->put(key, *payload, ttl);
-      } catch (const StoreError&) {
-        // counted by the tier; the hit is still good
-      }
-    }
-    return Hit{std::move(*payload), std::string(tiers_[t]->name())};
+    return Hit{std::move(*payload), std::string(tiers_[t]->name()), t, expires};
   }
   return std::nullopt;
+}
+
+void TieredStore::put_above(size_t tier_index,
+                            const std::vector<std::pair<StoreKey, std::string>>& items,
+                            std::chrono::milliseconds ttl) {
+  std::exception_ptr first;
+  for (size_t t = 0; t < tier_index && t < tiers_.size(); ++t) {
+    try {
+      tiers_[t]->put_many(items, ttl);
+    } catch (const StoreError&) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 void TieredStore::put(const StoreKey& key, std::string_view payload,
