@@ -11,3 +11,7 @@ encore_add_test(test_cli_flags SOURCES cli_flags_test.cpp LABELS repro TIMEOUT 6
 encore_add_test(test_cli_batch SOURCES cli_batch_test.cpp LABELS repro TIMEOUT 600)
 # Sessions, chat and the cache command across processes (disk, a real Redis).
 encore_add_test(test_cli_session SOURCES cli_session_test.cpp LABELS repro TIMEOUT 600)
+# `encore serve` over loopback HTTP (cpp-httplib client, promtool, the openai npm client).
+pkg_check_modules(HTTPLIB_TEST REQUIRED IMPORTED_TARGET cpp-httplib)
+encore_add_test(test_cli_serve SOURCES cli_serve_test.cpp LIBS PkgConfig::HTTPLIB_TEST LABELS cli
+                DEFINES ENCORE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TIMEOUT 300)

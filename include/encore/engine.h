@@ -163,6 +163,8 @@ class RequestHandle {
   // it ends with Status::Cancelled. No effect once it is over.
   void cancel();
   bool done() const;
+  // The seed the request runs with (drawn at submission when it had none).
+  uint64_t seed() const;
 
  private:
   std::shared_ptr<RequestShared> shared_;

@@ -65,6 +65,11 @@ struct BatchLine {
 };
 BatchLine parse_batch_line(std::string_view line);
 
+// A request body's JSON tree, with the bounds of a batch line (size,
+// nesting). Throws RequestError (field "") with the byte offset of a
+// syntax error.
+nlohmann::json parse_json_body(std::string_view text);
+
 // The custom_id of a line even when the rest of it is invalid (for error
 // results); nullopt when there is none or the line is not a JSON object.
 // Never throws RequestError.

@@ -442,6 +442,13 @@ std::optional<std::string> custom_id_of(const json& line) {
 
 }  // namespace
 
+nlohmann::json parse_json_body(std::string_view text) {
+  std::string error;
+  std::optional<json> tree = parse_json(text, error);
+  if (!tree) fail("", error);
+  return std::move(*tree);
+}
+
 RequestError::RequestError(std::string field, const std::string& message)
     : InvalidArgument(field.empty() ? message : field + ": " + message), field_(std::move(field)) {}
 

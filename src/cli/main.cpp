@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   encore::cli::add_batch_command(app);
   encore::cli::add_chat_command(app);
   encore::cli::add_cache_command(app);
+  encore::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

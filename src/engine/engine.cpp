@@ -430,6 +430,8 @@ void RequestHandle::cancel() {
   if (shared_) shared_->cancel = true;
 }
 
+uint64_t RequestHandle::seed() const { return shared_of(shared_).seed; }
+
 bool RequestHandle::done() const {
   if (!shared_) return true;
   std::lock_guard<std::mutex> lock(shared_->mu);

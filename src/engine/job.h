@@ -43,6 +43,7 @@ struct RequestShared {
   bool done = false;         // `response` is final and Done was queued
   Response response;
   bool stream = false;
+  uint64_t seed = 0;  // fixed at submission
   std::atomic<bool> cancel{false};
 
   // Scheduler side: queue an event (when streaming), or finish.

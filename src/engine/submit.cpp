@@ -306,6 +306,7 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   }
   job->shared = std::make_shared<RequestShared>();
   job->shared->stream = r.stream;
+  job->shared->seed = *r.seed;
   resp.seed = *r.seed;
   resp.prompt_ids = prompt;
   resp.usage.prompt_tokens = p;

@@ -1,0 +1,109 @@
+// `encore serve`: the OpenAI-compatible HTTP server (include/encore/server.h).
+// The socket is bound first, so /health answers 503 while the model loads;
+// SIGTERM or SIGINT stops taking requests, lets those in flight finish and
+// exits 0.
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "encore/engine.h"
+#include "encore/error.h"
+#include "encore/server.h"
+
+namespace encore::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  ServerOptions server;
+  EngineFlags engine;
+  int request_timeout_s = 600;
+  int read_timeout_s = 10;
+};
+
+void run_serve(const ServeArgs& a) {
+  // The signals are taken by sigwait below, never by a handler: every
+  // thread started from here on inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  ServerOptions so = a.server;
+  so.request_timeout = std::chrono::seconds(a.request_timeout_s);
+  so.read_timeout = std::chrono::seconds(a.read_timeout_s);
+  const std::unique_ptr<Server> server = Server::create(so);
+  fmt::print(stderr, "serve: listening on http://{}:{} (loading {})\n", so.host, server->port(),
+             a.model);
+  std::thread http([&] { server->run(); });
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = Engine::open(engine_options(a.model, a.engine, false));
+  } catch (...) {
+    server->drain_and_stop(std::chrono::seconds(0));
+    http.join();
+    throw;
+  }
+  server->set_engine(engine.get());
+  const EngineInfo& info = engine->info();
+  fmt::print(stderr, "serve: ready ({} threads, {} kernels, context {}, KV {} blocks, {})\n",
+             info.threads, isa_name(info.isa), info.n_ctx, info.kv_blocks, info.system_fingerprint);
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  fmt::print(stderr, "serve: {} received: finishing the requests in flight\n",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  server->drain_and_stop(so.request_timeout);
+  http.join();
+  engine->drain();  // sessions and snapshots are written
+  fmt::print(stderr, "serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand("serve", "An OpenAI-compatible HTTP server on the model");
+  sub->add_option("-m,--model", args->model, "Model .gguf")->required();
+  sub->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", args->server.port, "Port (0: any free one)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  sub->add_option("--api-keys", args->server.api_keys_file,
+                  "Require Authorization: Bearer KEY; lines: KEY TENANT [max_in_flight=N] "
+                  "[revoked]")
+      ->type_name("FILE");
+  sub->add_option("--max-queue", args->server.max_in_flight,
+                  "Requests answered at once; more get 503")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  sub->add_option("--tenant-limit", args->server.tenant_in_flight,
+                  "Requests in flight per tenant; more get 429 (0: --max-queue)")
+      ->check(CLI::Range(0, 100000));
+  sub->add_option("--chat-template", args->server.chat_template,
+                  "Chat template family for chat requests (default: the model's)")
+      ->type_name("NAME");
+  sub->add_option("--read-timeout", args->read_timeout_s,
+                  "Seconds a client may take to send a request (slow clients are cut off)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  sub->add_option("--model-name", args->server.model_name, "The model id /v1/models reports")
+      ->capture_default_str();
+  sub->add_option("--max-body", args->server.max_body_bytes, "Largest request body in bytes")
+      ->check(CLI::Range(1024, 1 << 30))
+      ->capture_default_str();
+  sub->add_option("--request-timeout", args->request_timeout_s,
+                  "Seconds a request may take (also the grace period at shutdown)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  add_engine_flags(sub, args->engine,
+                   kComputeFlags | kContextFlag | kBatchFlag | kPrefixFlag | kStateFlags);
+  sub->callback([args] { run_serve(*args); });
+}
+
+}  // namespace encore::cli

@@ -1,0 +1,74 @@
+#include "server/auth.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "encore/error.h"
+
+namespace encore::server {
+namespace {
+
+bool valid_tenant(const std::string& t) {
+  if (t.empty() || t.size() > 128) return false;
+  for (char c : t) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ApiKeys load_api_keys(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument(fmt::format("--api-keys {}: cannot open the file", path));
+  ApiKeys keys;
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string key, tenant, extra;
+    if (!(words >> key)) continue;
+    const auto bad = [&](const std::string& why) {
+      return InvalidArgument(
+          fmt::format("--api-keys {}: line {}: {} (expected: KEY TENANT "
+                      "[max_in_flight=N] [revoked])",
+                      path, no, why));
+    };
+    if (key.size() < 8) throw bad("the key is shorter than 8 characters");
+    if (!(words >> tenant) || !valid_tenant(tenant)) {
+      throw bad("no tenant, or one outside [A-Za-z0-9_.-]{1,128}");
+    }
+    ApiKey k;
+    k.tenant = tenant;
+    while (words >> extra) {
+      if (extra == "revoked") {
+        k.revoked = true;
+      } else if (extra.rfind("max_in_flight=", 0) == 0) {
+        const std::string n = extra.substr(14);
+        if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoi(n) < 1) {
+          throw bad("max_in_flight must be a number in [1, 999999]");
+        }
+        k.max_in_flight = std::stoi(n);
+      } else {
+        throw bad(fmt::format("unknown word '{}'", extra));
+      }
+    }
+    if (!keys.emplace(key, k).second) throw bad("the key appears twice");
+  }
+  return keys;
+}
+
+std::optional<std::string> bearer_key(const std::string& header) {
+  const std::string prefix = "Bearer ";
+  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) {
+    return std::nullopt;
+  }
+  return header.substr(prefix.size());
+}
+
+}  // namespace encore::server

@@ -1,0 +1,47 @@
+// OpenAI's response shapes for /v1/completions and /v1/chat/completions:
+// whole bodies and Server-Sent-Event chunks, with Encore's additions
+// (top-level `seed`, per choice `output_hash`, usage's cached tokens).
+//
+// finish_reason: eog and stop -> "stop"; length and context -> "length".
+// Pure functions over plain data; thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "encore/engine.h"
+
+namespace encore::server {
+
+using Json = nlohmann::ordered_json;
+
+struct ReplyContext {
+  bool chat = false;
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  std::string system_fingerprint;
+  int32_t logprobs = -1;           // as in the Request: -1 none, N: N alternatives
+  const Engine* engine = nullptr;  // token texts
+};
+
+const char* openai_finish_reason(FinishReason r);
+
+// The whole answer of a non-streamed request.
+Json reply_json(const ReplyContext& c, const Response& r);
+
+// Streamed: the first chunk of a chat choice (the assistant role), a chunk
+// for a piece of text (with the token's logprobs when asked), the last chunk
+// of a choice, and the usage chunk (stream_options.include_usage).
+Json role_chunk(const ReplyContext& c, uint64_t seed, int choice);
+Json text_chunk(const ReplyContext& c, uint64_t seed, int choice, const std::string& text,
+                const std::optional<LogprobEntry>& lp);
+Json finish_chunk(const ReplyContext& c, uint64_t seed, int choice, FinishReason why,
+                  const std::string& output_hash);
+Json usage_chunk(const ReplyContext& c, const Response& r);
+
+// {"error": {"message", "type", "param", "code"}}.
+Json error_json(const std::string& message, const std::string& type, const std::string& param,
+                const std::string& code = "");
+
+}  // namespace encore::server
