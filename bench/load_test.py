@@ -90,9 +90,12 @@ def alone(port, prompt, seed, max_tokens, timeout):
     conn.request("POST", "/v1/completions", body(prompt, seed, max_tokens, False),
                  {"Content-Type": "application/json"})
     resp = conn.getresponse()
-    j = json.loads(resp.read())
+    raw = resp.read()
     conn.close()
-    return j["choices"][0]["output_hash"] if resp.status == 200 else None
+    try:
+        return json.loads(raw)["choices"][0]["output_hash"] if resp.status == 200 else None
+    except (ValueError, KeyError, IndexError):  # an error body: counted as a mismatch
+        return None
 
 
 def main():

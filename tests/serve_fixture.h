@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -21,8 +22,11 @@ class ServeProcess {
  public:
   ServeProcess(const std::string& model, const std::vector<std::string>& extra)
       : port_(free_loopback_port()) {
-    std::vector<std::string> args = {ENCORE_BINARY,         "serve", "-m", model, "--port",
-                                     std::to_string(port_), "-t",    "2"};
+    std::vector<std::string> args = {ENCORE_BINARY, "serve",  "-m",
+                                     model,         "--port", std::to_string(port_)};
+    if (std::find(extra.begin(), extra.end(), "-t") == extra.end()) {
+      args.insert(args.end(), {"-t", "2"});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ == 0) {

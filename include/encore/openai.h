@@ -65,6 +65,11 @@ struct BatchLine {
 };
 BatchLine parse_batch_line(std::string_view line);
 
+// The request field (OpenAI's name) an engine error is about: the engine
+// starts its messages with its own field names ("prompt_ids[2]: ...",
+// "sampling: top_p ..."); "" when the message names none.
+std::string engine_error_param(const std::string& message);
+
 // A request body's JSON tree, with the bounds of a batch line (size,
 // nesting). Throws RequestError (field "") with the byte offset of a
 // syntax error.

@@ -38,9 +38,12 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;
   int max_in_flight = 64;    // requests answered at once over all tenants; more get 503
   int tenant_in_flight = 0;  // default per-tenant limit (0: max_in_flight); more get 429
-  int http_threads = 0;      // 0: max_in_flight + 4
+  int http_threads = 0;      // 0: 2 x max_in_flight + 8 (slow or idle clients also hold one)
   std::chrono::seconds request_timeout{600};
-  std::chrono::seconds read_timeout{10};  // a request's headers and body must arrive by then
+  // Each read of a request's headers and body must progress within this: a
+  // client that stalls is cut off. (A client that trickles a byte at a time
+  // is not yet bounded as a whole: see the server issue's notes.)
+  std::chrono::seconds read_timeout{10};
 };
 
 class Server {

@@ -442,6 +442,30 @@ std::optional<std::string> custom_id_of(const json& line) {
 
 }  // namespace
 
+std::string engine_error_param(const std::string& message) {
+  const size_t colon = message.find(": ");
+  if (colon == std::string::npos || message.find(' ') < colon) return {};
+  const std::string field = message.substr(0, colon);
+  if (field.rfind("prompt_ids", 0) == 0) return "prompt" + field.substr(10);
+  if (field == "session") return "session_id";
+  if (field == "sampling") {  // "sampling: top_p 2 must be ...": the setting comes next
+    const std::string rest = message.substr(colon + 2);
+    if (rest.rfind("logit bias", 0) == 0) return "logit_bias";
+    if (rest.rfind("temperature", 0) == 0) return "temperature";
+    const std::string word = rest.substr(0, rest.find(' '));
+    for (const char* known : {"top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+                              "presence_penalty", "frequency_penalty"}) {
+      if (word == known) return word;
+    }
+    return {};
+  }
+  for (const char* known :
+       {"max_tokens", "n", "logprobs", "prompt", "messages", "chat_template", "tenant", "resume"}) {
+    if (field == known) return field;
+  }
+  return field.rfind("stop", 0) == 0 ? field : std::string();
+}
+
 nlohmann::json parse_json_body(std::string_view text) {
   std::string error;
   std::optional<json> tree = parse_json(text, error);

@@ -99,22 +99,10 @@ size_t count_requests(const std::string& path) {
 }
 
 // The request field an engine error is about, in the OpenAI names of the
-// input ("prompt_ids[3]: ..." is about "prompt[3]"); null if none.
+// input; null if none.
 Json field_of(const std::string& message) {
-  const size_t colon = message.find(": ");
-  if (colon == std::string::npos || message.find(' ') < colon) return nullptr;
-  std::string field = message.substr(0, colon);
-  if (field.rfind("prompt_ids", 0) == 0) field = "prompt" + field.substr(10);
-  if (field == "sampling") {  // "sampling: top_p 2 must be ...": the setting comes next
-    const std::string rest = message.substr(colon + 2);
-    if (rest.rfind("logit bias", 0) == 0) return "logit_bias";
-    if (rest.rfind("temperature", 0) == 0) return "temperature";
-    const std::string word = rest.substr(0, rest.find(' '));
-    return word.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string::npos
-               ? Json(word)
-               : Json(nullptr);
-  }
-  return field;
+  const std::string f = api::engine_error_param(message);
+  return f.empty() ? Json(nullptr) : Json(f);
 }
 
 Json error_result(const std::optional<std::string>& custom_id, size_t line,

@@ -1,12 +1,15 @@
 // `encore serve`: the OpenAI-compatible HTTP server (include/encore/server.h).
 // The socket is bound first, so /health answers 503 while the model loads;
-// SIGTERM or SIGINT stops taking requests, lets those in flight finish and
-// exits 0.
+// SIGTERM or SIGINT stops taking requests, lets those in flight finish (up
+// to --shutdown-grace) and exits 0; a second signal exits at once.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
 
+#include <condition_variable>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "cli/commands.h"
@@ -24,16 +27,38 @@ struct ServeArgs {
   EngineFlags engine;
   int request_timeout_s = 600;
   int read_timeout_s = 10;
+  int shutdown_grace_s = 30;
 };
 
 void run_serve(const ServeArgs& a) {
-  // The signals are taken by sigwait below, never by a handler: every
-  // thread started from here on inherits the mask.
+  // SIGTERM and SIGINT are taken by one thread with sigwait, never by a
+  // handler; every thread started from here on inherits the mask. The first
+  // signal drains (or, while the model loads, exits at once); a second one
+  // exits at once.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::mutex mu;
+  std::condition_variable cv;
+  int received = 0;
+  bool ready = false;
+  std::thread([&] {
+    for (;;) {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      std::lock_guard<std::mutex> lock(mu);
+      if (++received > 1 || !ready) {
+        fmt::print(stderr, "serve: {}: exiting now\n",
+                   received > 1 ? "second signal" : "stopped while loading");
+        std::_Exit(received > 1 ? 1 : 0);
+      }
+      fmt::print(stderr, "serve: {} received: finishing the requests in flight (up to {} s)\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", a.shutdown_grace_s);
+      cv.notify_all();
+    }
+  }).detach();
 
   ServerOptions so = a.server;
   so.request_timeout = std::chrono::seconds(a.request_timeout_s);
@@ -54,11 +79,12 @@ void run_serve(const ServeArgs& a) {
   const EngineInfo& info = engine->info();
   fmt::print(stderr, "serve: ready ({} threads, {} kernels, context {}, KV {} blocks, {})\n",
              info.threads, isa_name(info.isa), info.n_ctx, info.kv_blocks, info.system_fingerprint);
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  fmt::print(stderr, "serve: {} received: finishing the requests in flight\n",
-             sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  server->drain_and_stop(so.request_timeout);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ready = true;
+    cv.wait(lock, [&] { return received > 0; });
+  }
+  server->drain_and_stop(std::chrono::seconds(a.shutdown_grace_s));
   http.join();
   engine->drain();  // sessions and snapshots are written
   fmt::print(stderr, "serve: stopped\n");
@@ -91,6 +117,10 @@ void add_serve_command(CLI::App& app) {
   sub->add_option("--read-timeout", args->read_timeout_s,
                   "Seconds a client may take to send a request (slow clients are cut off)")
       ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  sub->add_option("--shutdown-grace", args->shutdown_grace_s,
+                  "Seconds a SIGTERM waits for the requests in flight (a second signal: none)")
+      ->check(CLI::Range(0, 86400))
       ->capture_default_str();
   sub->add_option("--model-name", args->server.model_name, "The model id /v1/models reports")
       ->capture_default_str();

@@ -34,7 +34,9 @@ uint64_t entropy_seed() {
     }
     got += static_cast<size_t>(r);
   }
-  return seed;
+  // 53 bits: JSON readers that hold numbers as doubles (JavaScript) read a
+  // reported seed back exactly, so it reproduces the output there too.
+  return seed & ((uint64_t{1} << 53) - 1);
 }
 
 // Token ids of a prompt text: BOS/EOS as the model's metadata asks (add_bos /

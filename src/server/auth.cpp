@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -64,11 +65,14 @@ ApiKeys load_api_keys(const std::string& path) {
 }
 
 std::optional<std::string> bearer_key(const std::string& header) {
-  const std::string prefix = "Bearer ";
-  if (header.size() <= prefix.size() || header.compare(0, prefix.size(), prefix) != 0) {
-    return std::nullopt;
-  }
-  return header.substr(prefix.size());
+  // The scheme is case-insensitive (RFC 9110); one or more spaces follow it.
+  if (header.size() < 8) return std::nullopt;
+  std::string scheme = header.substr(0, 6);
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (scheme != "bearer" || header[6] != ' ') return std::nullopt;
+  const size_t start = header.find_first_not_of(' ', 6);
+  if (start == std::string::npos) return std::nullopt;
+  return header.substr(start);
 }
 
 }  // namespace encore::server

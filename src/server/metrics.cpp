@@ -44,6 +44,19 @@ void Metrics::inter_token_latency(double seconds) {
   itl_.observe(seconds);
 }
 
+std::string endpoint_label(const std::string& path) {
+  for (const char* known :
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+    if (path == known) return known;
+  }
+  return "other";
+}
+
+void Metrics::outcome(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++outcomes_[what];
+}
+
 void Metrics::rejected(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   ++rejected_[reason];
@@ -63,6 +76,11 @@ std::string Metrics::render(const EngineStats& e,
          "Requests refused before they ran, by reason.");
   for (const auto& [reason, n] : rejected_) {
     out += fmt::format("encore_requests_rejected_total{{reason=\"{}\"}} {}\n", reason, n);
+  }
+  header(out, "encore_requests_finished_total", "counter",
+         "Admitted requests by how they ended (ok, cancelled, failed, timeout, disconnected).");
+  for (const auto& [what, n] : outcomes_) {
+    out += fmt::format("encore_requests_finished_total{{outcome=\"{}\"}} {}\n", what, n);
   }
   header(out, "encore_prompt_tokens_total", "counter", "Prompt tokens of answered requests.");
   out += fmt::format("encore_prompt_tokens_total {}\n", prompt_tokens_);

@@ -16,6 +16,10 @@
 
 namespace encore::server {
 
+// The endpoint label of a path: one of a fixed set, else "other" (a
+// client's path never becomes a series).
+std::string endpoint_label(const std::string& path);
+
 class Metrics {
  public:
   // A finished HTTP request: endpoint ("/v1/completions" ...) and status code.
@@ -23,7 +27,9 @@ class Metrics {
   void tokens(int64_t prompt, int64_t generated, int64_t cached);
   void time_to_first_token(double seconds);
   void inter_token_latency(double seconds);
-  void rejected(const std::string& reason);  // "queue_full", "tenant_limit", "unauthorized" ...
+  void rejected(const std::string& reason);  // "server_busy", "tenant_limit", "unauthorized" ...
+  // How an admitted request ended: ok, cancelled, failed, timeout, disconnected.
+  void outcome(const std::string& what);
 
   // The whole exposition: these plus the engine's gauges and counters.
   std::string render(const EngineStats& engine,
@@ -42,6 +48,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> requests_;
   std::map<std::string, int64_t> rejected_;
+  std::map<std::string, int64_t> outcomes_;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0, cached_tokens_ = 0;
   Histogram ttft_, itl_;
 };

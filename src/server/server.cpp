@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "encore/error.h"
@@ -44,6 +45,8 @@ struct Server::Impl {
 
   void routes();
   void completions(const httplib::Request& req, httplib::Response& res, bool chat);
+  bool provide(RequestHandle& handle, const server::ReplyContext& ctx, bool stream,
+               bool include_usage, Clock::time_point deadline, int n, httplib::DataSink& sink);
   std::string new_id(bool chat) {
     return fmt::format("{}-{:016x}{:08x}", chat ? "chatcmpl" : "cmpl", id_salt, ++next_id);
   }
@@ -67,36 +70,24 @@ struct Slot {
   }
 };
 
+// Content types: with the charset, httplib never gzips a JSON answer, so
+// the blanks written while a long answer is computed reach the socket (a
+// client that went away is noticed at once); SSE is never compressed.
+const char* const kJson = "application/json; charset=utf-8";
+
+std::string dump(const Json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void reply_error(httplib::Response& res, int status, const std::string& message,
                  const std::string& type, const std::string& param = {},
                  const std::string& code = {}) {
   res.status = status;
-  res.set_content(server::error_json(message, type, param, code).dump(), "application/json");
-}
-
-// The request field an engine error names ("n: ...", "prompt_ids[2]: ...")
-// in the names of the OpenAI request.
-std::string param_of(const std::string& message) {
-  const size_t colon = message.find(": ");
-  if (colon == std::string::npos || message.find(' ') < colon) return {};
-  std::string field = message.substr(0, colon);
-  if (field.rfind("prompt_ids", 0) == 0) return "prompt" + field.substr(10);
-  if (field == "max_tokens" || field == "n" || field == "logprobs" || field == "prompt" ||
-      field == "messages" || field.rfind("stop", 0) == 0 || field == "session") {
-    return field == "session" ? "session_id" : field;
-  }
-  if (field == "sampling") {
-    const std::string rest = message.substr(colon + 2);
-    if (rest.rfind("logit bias", 0) == 0) return "logit_bias";
-    if (rest.rfind("temperature", 0) == 0) return "temperature";
-    return rest.substr(0, rest.find(' '));
-  }
-  return {};
+  res.set_content(dump(server::error_json(message, type, param, code)), kJson);
 }
 
 bool write_event(httplib::DataSink& sink, const Json& j) {
-  const std::string line =
-      "data: " + j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+  const std::string line = "data: " + dump(j) + "\n\n";
   return sink.write(line.data(), line.size());
 }
 
@@ -119,6 +110,7 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
     const auto it = key ? keys.find(*key) : keys.end();
     if (it == keys.end()) {
       metrics.rejected("unauthorized");
+      res.set_header("WWW-Authenticate", "Bearer");
       reply_error(res, 401,
                   key ? "unknown API key" : "an API key is needed: Authorization: Bearer KEY",
                   "invalid_request_error", {}, "invalid_api_key");
@@ -146,7 +138,14 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   }
   const bool stream = request.stream;
   bool include_usage = false;
-  if (const auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object() || !stream) {
+      reply_error(res, 400,
+                  so->is_object() ? "stream_options: only allowed when stream is true"
+                                  : "stream_options: must be an object",
+                  "invalid_request_error", "stream_options");
+      return done(400);
+    }
     if (const auto iu = so->find("include_usage"); iu != so->end()) {
       if (!iu->is_boolean()) {
         reply_error(res, 400, "stream_options.include_usage: must be true or false",
@@ -195,10 +194,10 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   try {
     *handle = e->submit(request);
   } catch (const InvalidArgument& err) {
-    reply_error(res, 400, err.what(), "invalid_request_error", param_of(err.what()));
+    reply_error(res, 400, err.what(), "invalid_request_error", api::engine_error_param(err.what()));
     return done(400);
   } catch (const ResourceExhausted& err) {
-    reply_error(res, 400, err.what(), "invalid_request_error", param_of(err.what()),
+    reply_error(res, 400, err.what(), "invalid_request_error", api::engine_error_param(err.what()),
                 "context_length_exceeded");
     return done(400);
   }
@@ -215,101 +214,138 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   ctx.engine = e;
   const auto deadline = Clock::now() + opt.request_timeout;
   const int n = request.n;
-  done(200);
 
-  // The answer is written as it comes (chunked): a stream as events, a
-  // whole answer after blanks that keep the connection checked (JSON allows
-  // leading whitespace), so a client that goes away cancels its request at
-  // once either way.
-  auto provider = [this, handle, ctx, stream, include_usage, deadline, n, slot](
-                      size_t, httplib::DataSink& sink) {
-    std::vector<std::vector<TokenId>> ids(static_cast<size_t>(n));
-    std::vector<bool> started(static_cast<size_t>(n), false);
-    std::vector<Clock::time_point> last_token(static_cast<size_t>(n));
-    auto fail = [&] {
-      handle->cancel();
-      return false;
-    };
-    for (;;) {
-      if (Clock::now() > deadline) {
-        handle->cancel();
-        const Json err = server::error_json("the request timed out", "server_error", {}, "timeout");
-        if (stream)
-          write_event(sink, err);
-        else
-          sink.write(err.dump().data(), err.dump().size());
-        sink.done();
-        return true;
-      }
-      const std::optional<Event> ev = handle->next_for(std::chrono::milliseconds(200));
-      if (!ev) {
-        if (!sink.write(stream ? ": keep-alive\n\n" : " ", stream ? 14 : 1)) return fail();
-        continue;
-      }
-      if (ev->kind == Event::Kind::Done) break;
-      const size_t i = static_cast<size_t>(ev->sample);
-      if (ev->kind == Event::Kind::Token) {
-        ids[i].push_back(ev->id);
-        const auto now = Clock::now();
-        if (!ids[i].empty() && ids[i].size() > 1) {
-          metrics.inter_token_latency(std::chrono::duration<double>(now - last_token[i]).count());
-        }
-        last_token[i] = now;
-      }
-      if (!stream) continue;
-      if (ctx.chat && !started[i]) {
-        started[i] = true;
-        if (!write_event(sink, server::role_chunk(ctx, handle->seed(), ev->sample))) return fail();
-      }
-      if (ev->kind == Event::Kind::Token && (!ev->text.empty() || ev->logprob)) {
-        if (!write_event(
-                sink, server::text_chunk(ctx, handle->seed(), ev->sample, ev->text, ev->logprob))) {
-          return fail();
-        }
-      }
-      if (ev->kind == Event::Kind::Finish) {
-        if (!ev->text.empty() &&
-            !write_event(sink, server::text_chunk(ctx, handle->seed(), ev->sample, ev->text,
-                                                  std::nullopt))) {
-          return fail();
-        }
-        if (!write_event(sink, server::finish_chunk(ctx, handle->seed(), ev->sample, ev->finish,
-                                                    output_hash(ids[i])))) {
-          return fail();
-        }
-      }
+  // A whole answer: wait a moment before committing to a status line, so
+  // that the requests that end early (most) get their real status.
+  if (!stream) {
+    const auto commit_at = std::min(deadline, Clock::now() + std::chrono::milliseconds(1500));
+    while (!handle->done() && Clock::now() < commit_at) {
+      handle->next_for(std::chrono::milliseconds(50));
     }
-    const Response& r = handle->wait();
-    if (r.status == Response::Status::Ok) {
+    if (handle->done() || Clock::now() >= deadline) {
+      if (!handle->done()) {
+        handle->cancel();
+        metrics.outcome("timeout");
+        reply_error(res, 504, "the request timed out", "server_error", {}, "timeout");
+        return done(504);
+      }
+      const Response& r = handle->wait();
+      if (r.status != Response::Status::Ok) {
+        metrics.outcome(r.status == Response::Status::Cancelled ? "cancelled" : "failed");
+        reply_error(res, 500, r.error.empty() ? "the request was cancelled" : r.error,
+                    "server_error");
+        return done(500);
+      }
+      metrics.outcome("ok");
       metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
       if (r.usage.generated_tokens > 0) metrics.time_to_first_token(r.ttft_seconds);
+      res.set_content(dump(server::reply_json(ctx, r)), kJson);
+      return done(200);
     }
-    if (r.status != Response::Status::Ok) {
-      const Json err = server::error_json(r.error.empty() ? "the request was cancelled" : r.error,
-                                          "server_error", {});
-      if (stream) {
-        write_event(sink, err);
-      } else {
-        const std::string text = err.dump();
-        sink.write(text.data(), text.size());
-      }
-    } else if (stream) {
-      if (include_usage && !write_event(sink, server::usage_chunk(ctx, r))) return fail();
-      if (!sink.write("data: [DONE]\n\n", 14)) return fail();
-    } else {
-      const std::string text =
-          server::reply_json(ctx, r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      if (!sink.write(text.data(), text.size())) return fail();
+  }
+  done(200);
+
+  // Then the answer is written as it comes (chunked): a stream as events,
+  // a whole answer after blanks written every 200 ms (JSON allows leading
+  // whitespace), so a client that goes away cancels its request at once
+  // either way. Errors after this point can only be told in the body.
+  auto provider = [this, handle, ctx, stream, include_usage, deadline, n, slot](
+                      size_t, httplib::DataSink& sink) {
+    try {
+      return provide(*handle, ctx, stream, include_usage, deadline, n, sink);
+    } catch (const std::exception&) {  // e.g. out of memory: this request only
+      handle->cancel();
+      return false;
     }
-    sink.done();
-    return true;
   };
   if (stream) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", provider);
   } else {
-    res.set_chunked_content_provider("application/json", provider);
+    res.set_chunked_content_provider(kJson, provider);
   }
+}
+
+// Writes a request's answer as it comes; false when the client went away
+// (the request is then cancelled).
+bool Server::Impl::provide(RequestHandle& handle, const server::ReplyContext& ctx, bool stream,
+                           bool include_usage, Clock::time_point deadline, int n,
+                           httplib::DataSink& sink) {
+  std::vector<std::vector<TokenId>> ids(static_cast<size_t>(n));
+  std::vector<bool> started(static_cast<size_t>(n), false);
+  std::vector<Clock::time_point> last_token(static_cast<size_t>(n));
+  Clock::time_point last_write = Clock::now();
+  const uint64_t seed = handle.seed();
+  auto write = [&](const std::string& text) {
+    last_write = Clock::now();
+    if (sink.write(text.data(), text.size())) return true;
+    handle.cancel();
+    metrics.outcome("disconnected");
+    return false;
+  };
+  auto event = [&](const Json& j) { return write("data: " + dump(j) + "\n\n"); };
+  for (;;) {
+    if (Clock::now() > deadline) {
+      handle.cancel();
+      metrics.outcome("timeout");
+      const Json err = server::error_json("the request timed out", "server_error", {}, "timeout");
+      if (stream ? !event(err) : !write(dump(err))) return false;
+      sink.done();
+      return true;
+    }
+    const std::optional<Event> ev = handle.next_for(std::chrono::milliseconds(200));
+    if (Clock::now() - last_write >= std::chrono::milliseconds(200)) {
+      if (!write(stream ? ": keep-alive\n\n" : " ")) return false;
+    }
+    if (!ev) continue;
+    if (ev->kind == Event::Kind::Done) break;
+    const size_t i = static_cast<size_t>(ev->sample);
+    if (ev->kind == Event::Kind::Token) {
+      ids[i].push_back(ev->id);
+      const auto now = Clock::now();
+      if (stream && ids[i].size() > 1) {
+        metrics.inter_token_latency(std::chrono::duration<double>(now - last_token[i]).count());
+      }
+      last_token[i] = now;
+    }
+    if (!stream) continue;
+    if (ctx.chat && !started[i]) {
+      started[i] = true;
+      if (!event(server::role_chunk(ctx, seed, ev->sample))) return false;
+    }
+    if (ev->kind == Event::Kind::Token && (!ev->text.empty() || ev->logprob)) {
+      if (!event(server::text_chunk(ctx, seed, ev->sample, ev->text, ev->logprob))) return false;
+    }
+    if (ev->kind == Event::Kind::Finish) {
+      if (!ev->text.empty() &&
+          !event(server::text_chunk(ctx, seed, ev->sample, ev->text, std::nullopt))) {
+        return false;
+      }
+      if (!event(server::finish_chunk(ctx, seed, ev->sample, ev->finish, output_hash(ids[i])))) {
+        return false;
+      }
+    }
+  }
+  const Response& r = handle.wait();
+  if (r.status != Response::Status::Ok) {
+    metrics.outcome(r.status == Response::Status::Cancelled ? "cancelled" : "failed");
+    const Json err = server::error_json(r.error.empty() ? "the request was cancelled" : r.error,
+                                        "server_error", {});
+    if (stream ? !event(err) : !write(dump(err))) return false;
+    sink.done();
+    return true;
+  }
+  metrics.outcome("ok");
+  metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
+  if (r.usage.generated_tokens > 0) metrics.time_to_first_token(r.ttft_seconds);
+  if (stream) {
+    if (include_usage && !event(server::usage_chunk(ctx, r))) return false;
+    if (!write("data: [DONE]\n\n")) return false;
+  } else if (!write(dump(server::reply_json(ctx, r)))) {
+    return false;
+  }
+  sink.done();
+  return true;
 }
 
 void Server::Impl::routes() {
@@ -318,17 +354,24 @@ void Server::Impl::routes() {
   http.Post("/v1/chat/completions",
             [this](const httplib::Request& q, httplib::Response& r) { completions(q, r, true); });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
-    const bool ready = engine.load() != nullptr;
+    bool stopping = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = draining;
+    }
+    const bool ready = engine.load() != nullptr && !stopping;
     r.status = ready ? 200 : 503;
-    r.set_content(ready ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
+    r.set_content(ready      ? R"({"status":"ok"})"
+                  : stopping ? R"({"status":"draining"})"
+                             : R"({"status":"loading"})",
+                  kJson);
     metrics.request("/health", r.status);
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
     Json model = {
         {"id", opt.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "encore"}};
     if (Engine* e = engine.load()) model["system_fingerprint"] = e->info().system_fingerprint;
-    r.set_content(Json({{"object", "list"}, {"data", Json::array({model})}}).dump(),
-                  "application/json");
+    r.set_content(dump(Json({{"object", "list"}, {"data", Json::array({model})}})), kJson);
     metrics.request("/v1/models", 200);
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
@@ -347,12 +390,21 @@ void Server::Impl::routes() {
   // Everything else: OpenAI's error shape, not httplib's empty body.
   http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
     if (!r.body.empty()) return;
-    const char* type = r.status == 413 ? "invalid_request_error" : "not_found_error";
-    const std::string msg = r.status == 413
-                                ? fmt::format("the body exceeds {} bytes", opt.max_body_bytes)
-                                : fmt::format("{} {}: no such endpoint", q.method, q.path);
-    r.set_content(server::error_json(msg, type, {}).dump(), "application/json");
-    metrics.request(q.path.rfind("/v1/", 0) == 0 ? q.path : "other", r.status);
+    std::string msg, type = "invalid_request_error";
+    if (r.status == 404) {
+      msg = "no such endpoint";
+      type = "not_found_error";
+    } else if (r.status == 413) {
+      msg = fmt::format("the body exceeds {} bytes", opt.max_body_bytes);
+    } else if (r.status >= 500) {
+      msg = "internal error";
+      type = "server_error";
+    } else {
+      msg = fmt::format("the request could not be read (HTTP {})", r.status);
+    }
+    r.set_content(dump(server::error_json(msg, type, {})), kJson);
+    // A fixed set of labels: a client's path never becomes a metric series.
+    metrics.request(server::endpoint_label(q.path), r.status);
   });
   http.set_exception_handler(
       [this](const httplib::Request& q, httplib::Response& r, std::exception_ptr ep) {
@@ -364,7 +416,7 @@ void Server::Impl::routes() {
         } catch (...) {
         }
         reply_error(r, 500, what, "server_error");
-        metrics.request(q.path, 500);
+        metrics.request(server::endpoint_label(q.path), 500);
       });
 }
 
@@ -383,14 +435,14 @@ std::unique_ptr<Server> Server::create(const ServerOptions& o) {
     m.auth = true;
   }
   if (getrandom(&m.id_salt, sizeof m.id_salt, 0) != sizeof m.id_salt) m.id_salt = 0;
-  const int threads = o.http_threads > 0 ? o.http_threads : o.max_in_flight + 4;
+  const int threads = o.http_threads > 0 ? o.http_threads : 2 * o.max_in_flight + 8;
   m.http.new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
   m.http.set_payload_max_length(o.max_body_bytes);
   m.http.set_read_timeout(o.read_timeout);
   m.http.set_write_timeout(std::chrono::seconds(30));
-  m.http.set_keep_alive_timeout(5);
+  m.http.set_keep_alive_timeout(2);  // an idle connection holds a worker thread
   m.routes();
   m.port = o.port == 0 ? m.http.bind_to_any_port(o.host)
                        : (m.http.bind_to_port(o.host, o.port) ? o.port : -1);
@@ -413,6 +465,11 @@ void Server::drain_and_stop(std::chrono::seconds grace) {
   impl_->draining = true;
   impl_->idle.wait_for(lock, grace, [&] { return impl_->in_flight == 0; });
   lock.unlock();
+  // stop() does nothing before the listener runs: wait for it (run() may
+  // have been called just now) so that run() is sure to return.
+  for (int i = 0; i < 500 && !impl_->http.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   impl_->http.stop();
 }
 

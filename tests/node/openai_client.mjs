@@ -30,6 +30,13 @@ const other = await client.completions.create({
 });
 check(other.choices[0].text !== c.choices[0].text, 'another seed, another text');
 
+const drawn = await client.completions.create({ model: 'encore', prompt: 'Tom', max_tokens: 12, ...pure });
+const redo = await client.completions.create({
+  model: 'encore', prompt: 'Tom', max_tokens: 12, seed: drawn.seed, ...pure,
+});
+check(Number.isSafeInteger(drawn.seed) && redo.choices[0].text === drawn.choices[0].text,
+      'a drawn seed, sent back, reproduces the text');
+
 const three = await client.completions.create({
   model: 'encore', prompt: 'Tom', max_tokens: 12, seed: 5, n: 3, ...pure,
 });
