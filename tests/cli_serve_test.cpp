@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -137,6 +139,12 @@ TEST_F(Serve, StreamingEqualsTheWholeAnswer) {
     req["seed"] = 11;
     req["n"] = 2;
     req["stop"] = Json::array({"\n\n"});
+    if (path == "/v1/completions") {
+      req["logprobs"] = 1;
+    } else {
+      req["logprobs"] = true;
+      req["top_logprobs"] = 1;
+    }
     const Json whole = post(s, path, req);
     req["stream"] = true;
     req["stream_options"] = {{"include_usage", true}};
@@ -149,6 +157,7 @@ TEST_F(Serve, StreamingEqualsTheWholeAnswer) {
     EXPECT_EQ(events.back(), "[DONE]");
     std::vector<std::string> text(2);
     std::vector<std::string> hashes(2);
+    std::vector<Json> lps(2, Json::array());  // per choice, each token's logprobs
     bool usage = false;
     for (size_t e = 0; e + 1 < events.size(); ++e) {
       const Json chunk = Json::parse(events[e]);
@@ -165,12 +174,35 @@ TEST_F(Serve, StreamingEqualsTheWholeAnswer) {
       text[i] += path == "/v1/completions" ? ch["text"].get<std::string>()
                                            : ch["delta"].value("content", "");
       if (!ch["finish_reason"].is_null()) hashes[i] = ch["output_hash"];
+      if (ch["logprobs"].is_null()) continue;
+      if (path == "/v1/completions") {
+        const Json& l = ch["logprobs"];
+        for (size_t k = 0; k < l["tokens"].size(); ++k) {
+          lps[i].push_back(Json::array(
+              {l["tokens"][k], l["token_logprobs"][k], l["top_logprobs"][k], l["text_offset"][k]}));
+        }
+      } else {
+        for (const Json& t : ch["logprobs"]["content"]) lps[i].push_back(t);
+      }
     }
     EXPECT_TRUE(usage) << path;
     for (size_t i = 0; i < 2; ++i) {
       const Json& w = whole["choices"][i];
       EXPECT_EQ(text[i], path == "/v1/completions" ? w["text"] : w["message"]["content"]) << path;
       EXPECT_EQ(hashes[i], w["output_hash"]) << path;
+      // Each token's logprobs (and completions' text offsets) as in the whole answer.
+      Json want = Json::array();
+      if (path == "/v1/completions") {
+        const Json& l = w["logprobs"];
+        for (size_t k = 0; k < l["tokens"].size(); ++k) {
+          want.push_back(Json::array(
+              {l["tokens"][k], l["token_logprobs"][k], l["top_logprobs"][k], l["text_offset"][k]}));
+        }
+      } else {
+        want = w["logprobs"]["content"];
+      }
+      EXPECT_GT(want.size(), 1u) << path;
+      EXPECT_EQ(lps[i], want) << path;
     }
   }
 }
@@ -350,8 +382,33 @@ TEST_F(Serve, AClientThatGoesAwayCancelsItsRequest) {
   EXPECT_TRUE(wait_metric(s, "encore_running_requests", "0"));
 }
 
+// A loopback TCP connection to the server, for clients httplib would not be.
+int raw_connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True once the server has closed `fd` (or answered and closed it).
+bool closed_by_server(int fd) {
+  char buf[256];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+    if (n < 0) return false;  // nothing yet, still open
+  }
+}
+
 TEST_F(Serve, TimeoutsAndSlowClients) {
-  ServeProcess s(*model_, {"--request-timeout", "1", "--read-timeout", "1"});
+  ServeProcess s(*model_,
+                 {"--request-timeout", "1", "--read-timeout", "1", "--read-deadline", "2"});
   ASSERT_TRUE(s.ready()) << s.stderr_text();
   httplib::Client c = s.client();
   auto r = c.Post("/v1/completions", long_request(false).dump(), kJson);
@@ -359,12 +416,8 @@ TEST_F(Serve, TimeoutsAndSlowClients) {
   EXPECT_EQ(r->status, 504) << r->body;
   EXPECT_NE(r->body.find("timed out"), std::string::npos);
   // Slowloris: headers that stop coming are cut off; others are served meanwhile.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(s.port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = raw_connect(s.port());
+  ASSERT_GE(fd, 0);
   ASSERT_GT(send(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 40, 0), 0);
   EXPECT_EQ(c.Get("/health")->status, 200) << "a slow client blocked the server";
   char buf[64];
@@ -372,6 +425,30 @@ TEST_F(Serve, TimeoutsAndSlowClients) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   EXPECT_GE(recv(fd, buf, sizeof buf, 0), 0) << "the stalled connection was not closed";
   close(fd);
+  // Trickling slowloris: a header line every 200 ms never stalls a read for
+  // the read timeout (1 s), yet the whole request is overdue after 2 s: the
+  // connection is closed by then (allow up to 6 s). Both are counted.
+  const int tr = raw_connect(s.port());
+  ASSERT_GE(tr, 0);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_GT(send(tr, "POST /v1/completions HTTP/1.1\r\n", 31, 0), 0);
+  bool cut = false;
+  for (int i = 0; i < 50 && !cut; ++i) {  // 10 s at most
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::string line = "X-Pad-" + std::to_string(i) + ": y\r\n";
+    cut = send(tr, line.data(), line.size(), MSG_NOSIGNAL) < 0 || closed_by_server(tr);
+  }
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(tr);
+  EXPECT_TRUE(cut) << "a trickling client was still connected after 10 s";
+  EXPECT_LT(took, 6.0) << "the trickling client was cut off late";
+  EXPECT_GE(took, 1.5) << "the trickling client was cut off before its deadline";
+  EXPECT_TRUE(wait_metric(s, "encore_requests_rejected_total{reason=\"slow_client\"}", "2"));
+  // A request sent at once on a kept-alive connection is served as before.
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
 }
 
 TEST_F(Serve, MetricsStayValidForPromtool) {

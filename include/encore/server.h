@@ -40,10 +40,12 @@ struct ServerOptions {
   int tenant_in_flight = 0;  // default per-tenant limit (0: max_in_flight); more get 429
   int http_threads = 0;      // 0: 2 x max_in_flight + 8 (slow or idle clients also hold one)
   std::chrono::seconds request_timeout{600};
-  // Each read of a request's headers and body must progress within this: a
-  // client that stalls is cut off. (A client that trickles a byte at a time
-  // is not yet bounded as a whole: see the server issue's notes.)
+  // Each read of a request's headers and body must progress within
+  // read_timeout, and the whole request must have arrived read_deadline
+  // after its first byte: a client that stalls or trickles ("slowloris") is
+  // cut off (counted as rejected, reason slow_client).
   std::chrono::seconds read_timeout{10};
+  std::chrono::milliseconds read_deadline{30000};
 };
 
 class Server {

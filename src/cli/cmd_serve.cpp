@@ -27,6 +27,7 @@ struct ServeArgs {
   EngineFlags engine;
   int request_timeout_s = 600;
   int read_timeout_s = 10;
+  int read_deadline_s = 30;
   int shutdown_grace_s = 30;
 };
 
@@ -63,6 +64,7 @@ void run_serve(const ServeArgs& a) {
   ServerOptions so = a.server;
   so.request_timeout = std::chrono::seconds(a.request_timeout_s);
   so.read_timeout = std::chrono::seconds(a.read_timeout_s);
+  so.read_deadline = std::chrono::seconds(a.read_deadline_s);
   const std::unique_ptr<Server> server = Server::create(so);
   fmt::print(stderr, "serve: listening on http://{}:{} (loading {})\n", so.host, server->port(),
              a.model);
@@ -115,7 +117,11 @@ void add_serve_command(CLI::App& app) {
                   "Chat template family for chat requests (default: the model's)")
       ->type_name("NAME");
   sub->add_option("--read-timeout", args->read_timeout_s,
-                  "Seconds a client may take to send a request (slow clients are cut off)")
+                  "Seconds a request may stall between two reads (stalled clients are cut off)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  sub->add_option("--read-deadline", args->read_deadline_s,
+                  "Seconds a client may take to send a whole request, however it trickles")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   sub->add_option("--shutdown-grace", args->shutdown_grace_s,

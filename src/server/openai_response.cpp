@@ -103,7 +103,7 @@ Json role_chunk(const ReplyContext& c, uint64_t seed, int choice) {
 }
 
 Json text_chunk(const ReplyContext& c, uint64_t seed, int choice, const std::string& text,
-                const std::optional<LogprobEntry>& lp) {
+                const std::optional<LogprobEntry>& lp, size_t text_offset) {
   Json j = envelope(c, seed, true);
   Json ch;
   ch["index"] = choice;
@@ -114,7 +114,7 @@ Json text_chunk(const ReplyContext& c, uint64_t seed, int choice, const std::str
     ch["logprobs"] = one.empty() ? Json(nullptr) : chat_logprobs(c, one);
   } else {
     ch["text"] = text;
-    ch["logprobs"] = one.empty() ? Json(nullptr) : completion_logprobs(c, one, 0);
+    ch["logprobs"] = one.empty() ? Json(nullptr) : completion_logprobs(c, one, text_offset);
   }
   ch["finish_reason"] = nullptr;
   j["choices"] = Json::array({ch});

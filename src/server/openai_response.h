@@ -33,9 +33,11 @@ Json reply_json(const ReplyContext& c, const Response& r);
 // Streamed: the first chunk of a chat choice (the assistant role), a chunk
 // for a piece of text (with the token's logprobs when asked), the last chunk
 // of a choice, and the usage chunk (stream_options.include_usage).
+// `text_offset`: the bytes of the choice's earlier tokens' texts (the
+// completions logprobs' text_offset, as in the whole answer).
 Json role_chunk(const ReplyContext& c, uint64_t seed, int choice);
 Json text_chunk(const ReplyContext& c, uint64_t seed, int choice, const std::string& text,
-                const std::optional<LogprobEntry>& lp);
+                const std::optional<LogprobEntry>& lp, size_t text_offset);
 Json finish_chunk(const ReplyContext& c, uint64_t seed, int choice, FinishReason why,
                   const std::string& output_hash);
 Json usage_chunk(const ReplyContext& c, const Response& r);

@@ -18,6 +18,7 @@
 #include "encore/error.h"
 #include "encore/openai.h"
 #include "server/auth.h"
+#include "server/http_guard.h"
 #include "server/metrics.h"
 #include "server/openai_response.h"
 
@@ -30,7 +31,7 @@ struct Server::Impl {
   ServerOptions opt;
   server::ApiKeys keys;
   bool auth = false;
-  httplib::Server http;
+  server::GuardedHttpServer http;
   server::Metrics metrics;
   std::atomic<Engine*> engine{nullptr};
   int port = 0;
@@ -274,6 +275,7 @@ bool Server::Impl::provide(RequestHandle& handle, const server::ReplyContext& ct
   std::vector<std::vector<TokenId>> ids(static_cast<size_t>(n));
   std::vector<bool> started(static_cast<size_t>(n), false);
   std::vector<Clock::time_point> last_token(static_cast<size_t>(n));
+  std::vector<size_t> offset(static_cast<size_t>(n), 0);  // text_offset of the next token
   Clock::time_point last_write = Clock::now();
   const uint64_t seed = handle.seed();
   auto write = [&](const std::string& text) {
@@ -313,12 +315,17 @@ bool Server::Impl::provide(RequestHandle& handle, const server::ReplyContext& ct
       started[i] = true;
       if (!event(server::role_chunk(ctx, seed, ev->sample))) return false;
     }
-    if (ev->kind == Event::Kind::Token && (!ev->text.empty() || ev->logprob)) {
-      if (!event(server::text_chunk(ctx, seed, ev->sample, ev->text, ev->logprob))) return false;
+    if (ev->kind == Event::Kind::Token) {
+      const size_t at = offset[i];
+      if (!ctx.chat && ctx.logprobs >= 0) offset[i] += ctx.engine->token_text(ev->id).size();
+      if ((!ev->text.empty() || ev->logprob) &&
+          !event(server::text_chunk(ctx, seed, ev->sample, ev->text, ev->logprob, at))) {
+        return false;
+      }
     }
     if (ev->kind == Event::Kind::Finish) {
       if (!ev->text.empty() &&
-          !event(server::text_chunk(ctx, seed, ev->sample, ev->text, std::nullopt))) {
+          !event(server::text_chunk(ctx, seed, ev->sample, ev->text, std::nullopt, offset[i]))) {
         return false;
       }
       if (!event(server::finish_chunk(ctx, seed, ev->sample, ev->finish, output_hash(ids[i])))) {
@@ -441,6 +448,8 @@ std::unique_ptr<Server> Server::create(const ServerOptions& o) {
   };
   m.http.set_payload_max_length(o.max_body_bytes);
   m.http.set_read_timeout(o.read_timeout);
+  m.http.set_request_read_deadline(o.read_deadline);
+  m.http.on_cut_off([&m] { m.metrics.rejected("slow_client"); });
   m.http.set_write_timeout(std::chrono::seconds(30));
   m.http.set_keep_alive_timeout(2);  // an idle connection holds a worker thread
   m.routes();
