@@ -95,6 +95,35 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
   }
 }
 
+// Decode-sized batches take the direct kernels (weights read in place) where
+// an ISA has them: each m and tile shape against the scalar twin, with the
+// edge rows (zeros, huge, tiny, NaN, inf) among them.
+TEST(Matmul, SmallBatchesEqualScalarTwin) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (DType t : kTypes) {
+    for (int64_t cols : cols_for(t)) {
+      const Weights w = make_weights(t, 13, cols, 21);
+      auto x = make_acts(8, cols, 22);
+      for (int64_t k = 0; k < cols; ++k) {
+        x[1 * cols + k] *= 1e30f;
+        x[2 * cols + k] *= (k % 64 < 32) ? 1e-30f : 1e-42f;
+        if (k < 32) x[3 * cols + k] = 0.0f;
+      }
+      x[5 * cols + cols / 2] = std::numeric_limits<float>::quiet_NaN();
+      x[6 * cols + 1] = inf;
+      for (int64_t m = 1; m <= 8; ++m) {
+        const std::vector<float> xm(x.begin(), x.begin() + m * cols);
+        const auto ref = run(w, xm, m, Isa::Scalar);
+        for (Isa isa : kIsas) {
+          if (!isa_supported(isa)) continue;
+          EXPECT_TRUE(same_bits(run(w, xm, m, isa), ref))
+              << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, BatchInvariance) {
   const int64_t ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33};
   for (DType t : kTypes) {

@@ -162,7 +162,24 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
   assert(!in_place || (reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0 &&
                        w.row_bytes % sizeof(float) == 0));
   const int64_t rb_rows = rows_per_block(m);
+  // Small batches (decode) read F16/BF16 rows in place where the ISA can.
+  const bool direct = !in_place && kt.has_direct_float != nullptr && kt.has_direct_float(w.type, m);
   auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
+    if (direct) {
+      float out[mm::kMaxTileR * mm::kMaxTileC];
+      for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
+        const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
+        for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
+          const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
+          kt.direct_float_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
+                               w.row_bytes, x + i0 * cols, cols, cols, out);
+          for (int c = 0; c < C; ++c) {
+            for (int r = 0; r < R; ++r) y[(i0 + c) * rows + r0 + r] = canon(out[c * R + r]);
+          }
+        }
+      }
+      return;
+    }
     std::vector<float> scratch;  // [rb_rows, cols] widened rows (not for F32)
     if (!in_place) scratch.resize(static_cast<size_t>(rb_rows * cols));
     float out[mm::kMaxTileR * mm::kMaxTileC];

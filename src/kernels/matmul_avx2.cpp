@@ -295,23 +295,96 @@ void q8_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const Ac
     for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
 }
 
-// Up to 4 activation rows: beyond that the 2x2 sub-tiles would read each
-// block from cache more often than decoding it once costs.
-bool has_direct_avx2(DType t, int64_t m) { return t == DType::Q8_0 && m <= 4; }
+// int_subtile<R, C, true> for Q4_0 read straight from the blocks (18 bytes:
+// fp16 d, qs[16]; byte j holds w_j + 8 low and w_{j+16} + 8 high): the
+// nibbles u = w + 8 are the u8 side of maddubs as they are, and
+// 8 * sum(q) of each pair is taken off in int16 (both sides <= 2 * 15 * 127,
+// so nothing saturates), which leaves exactly the canonical p.
+template <int R, int C>
+void q4_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
+                         int64_t i0, float* out, int ldo) {
+  constexpr size_t kB = 18;     // sizeof(BlockQ4_0)
+  constexpr size_t kAhead = 8;  // prefetch distance in rows, as in q8_0_direct_subtile
+  const int64_t ng = a.kp / kGroup, nb = k / kGroup;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i k8 = _mm256_set1_epi8(8);
+  __m256 acc[C][R][2];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int h = static_cast<int>(b % 2);
+    __m256i wv[R];
+    __m256 sc[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b * kB;
+      _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+      wv[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
+      uint16_t d;
+      __builtin_memcpy(&d, p, 2);
+      sc[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i qv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * b));
+      const __m256i base = _mm256_maddubs_epi16(k8, qv);
+      const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + b);
+      for (int r = 0; r < R; ++r) {
+        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(wv[r], qv), base);
+        const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+}
 
-void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
-                      const ActRows& a, int64_t i0, float* out, float* /*wm*/) {
-  (void)t;  // only Q8_0 (has_direct_avx2)
+using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
+                                 int);
+
+template <template <int, int> class F>
+void direct_tile_2x2(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
+                     int64_t i0, float* out) {
+  static constexpr DirectSubtileFn kFns[2][2] = {{&F<1, 1>::run, &F<1, 2>::run},
+                                                 {&F<2, 1>::run, &F<2, 2>::run}};
   for (int c = 0; c < C; c += 2) {
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
-      float* o = out + c * R + r;
-      const uint8_t* wr = w + static_cast<size_t>(r) * row_bytes;
-      if (rr == 2 && cc == 2) q8_0_direct_subtile<2, 2>(wr, row_bytes, k, a, i0 + c, o, R);
-      if (rr == 2 && cc == 1) q8_0_direct_subtile<2, 1>(wr, row_bytes, k, a, i0 + c, o, R);
-      if (rr == 1 && cc == 2) q8_0_direct_subtile<1, 2>(wr, row_bytes, k, a, i0 + c, o, R);
-      if (rr == 1 && cc == 1) q8_0_direct_subtile<1, 1>(wr, row_bytes, k, a, i0 + c, o, R);
+      kFns[rr - 1][cc - 1](w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c,
+                           out + c * R + r, R);
     }
+  }
+}
+
+template <int R, int C>
+struct Q80Sub {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
+                  int ldo) {
+    q8_0_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
+  }
+};
+template <int R, int C>
+struct Q40Sub {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
+                  int ldo) {
+    q4_0_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
+  }
+};
+
+// Up to 4 activation rows: beyond that the 2x2 sub-tiles would read each
+// block from cache more often than decoding it once costs.
+bool has_direct_avx2(DType t, int64_t m) {
+  return (t == DType::Q8_0 || t == DType::Q4_0) && m <= 4;
+}
+
+void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
+                      const ActRows& a, int64_t i0, float* out, float* /*wm*/) {
+  if (t == DType::Q8_0) {
+    direct_tile_2x2<Q80Sub>(R, C, w, row_bytes, k, a, i0, out);
+  } else {
+    direct_tile_2x2<Q40Sub>(R, C, w, row_bytes, k, a, i0, out);
   }
 }
 
@@ -329,9 +402,49 @@ inline __m256i tail_mask(int64_t n) {  // lanes < n set (n may be <= 0 or >= 8)
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(nn), idx);
 }
 
-// Sub-tile of R <= 2 x C <= 2 canonical dot products; 16 lanes = 2 registers.
-template <int R, int C>
-void float_subtile(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t k,
+// Weight loaders of the float sub-tiles: 16 values of a row from index i
+// as two registers (exact: vcvtph2ps only quiets signalling NaNs, which are
+// canonicalised on output), and the tail [i, i + n) as floats.
+struct LoadF32 {
+  static void load(const uint8_t* row, int64_t i, __m256& lo, __m256& hi) {
+    const float* f = reinterpret_cast<const float*>(row) + i;
+    lo = _mm256_loadu_ps(f);
+    hi = _mm256_loadu_ps(f + 8);
+  }
+  static const float* tail(const uint8_t* row, int64_t i, int64_t, float*) {
+    return reinterpret_cast<const float*>(row) + i;
+  }
+};
+struct LoadF16 {
+  static void load(const uint8_t* row, int64_t i, __m256& lo, __m256& hi) {
+    lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i + 16)));
+  }
+  static const float* tail(const uint8_t* row, int64_t i, int64_t n, float* tmp) {
+    widen_scalar(DType::F16, row + 2 * i, n, tmp);
+    return tmp;
+  }
+};
+struct LoadBF16 {
+  static __m256 widen8(const uint8_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static void load(const uint8_t* row, int64_t i, __m256& lo, __m256& hi) {
+    lo = widen8(row + 2 * i);
+    hi = widen8(row + 2 * i + 16);
+  }
+  static const float* tail(const uint8_t* row, int64_t i, int64_t n, float* tmp) {
+    widen_scalar(DType::BF16, row + 2 * i, n, tmp);
+    return tmp;
+  }
+};
+
+// Sub-tile of R <= 2 x C <= 2 canonical dot products over weight rows
+// `stride` bytes apart; 16 lanes = 2 registers. kAhead > 0: also prefetch
+// the same bytes kAhead rows further on (F16/BF16 rows read in place).
+template <int R, int C, class L, size_t kAhead>
+void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                    float* out, int ldo) {
   __m256 acc[C][R][2];
   for (int c = 0; c < C; ++c)
@@ -340,8 +453,10 @@ void float_subtile(const float* w, int64_t w_stride, const float* x, int64_t x_s
   for (int64_t i = 0; i < k16; i += 16) {
     __m256 wv[R][2];
     for (int r = 0; r < R; ++r) {
-      wv[r][0] = _mm256_loadu_ps(w + r * w_stride + i);
-      wv[r][1] = _mm256_loadu_ps(w + r * w_stride + i + 8);
+      if (kAhead > 0 && i % 32 == 0) {  // 64 bytes of a 16-bit row
+        _mm_prefetch(reinterpret_cast<const char*>(w + (r + kAhead) * stride + 2 * i), _MM_HINT_T0);
+      }
+      L::load(w + r * stride, i, wv[r][0], wv[r][1]);
     }
     for (int c = 0; c < C; ++c) {
       const __m256 x0 = _mm256_loadu_ps(x + c * x_stride + i);
@@ -357,12 +472,15 @@ void float_subtile(const float* w, int64_t w_stride, const float* x, int64_t x_s
     // fma(0, 0, -0) would turn a -0 lane (an underflowed negative product)
     // into +0.
     const __m256i m0 = tail_mask(k - k16), m1 = tail_mask(k - k16 - 8);
+    float tmp[R][16];
+    const float* wt[R];
+    for (int r = 0; r < R; ++r) wt[r] = L::tail(w + r * stride, k16, k - k16, tmp[r]);
     for (int c = 0; c < C; ++c) {
       const __m256 x0 = _mm256_maskload_ps(x + c * x_stride + k16, m0);
       const __m256 x1 = _mm256_maskload_ps(x + c * x_stride + k16 + 8, m1);
       for (int r = 0; r < R; ++r) {
-        const __m256 w0 = _mm256_maskload_ps(w + r * w_stride + k16, m0);
-        const __m256 w1 = _mm256_maskload_ps(w + r * w_stride + k16 + 8, m1);
+        const __m256 w0 = _mm256_maskload_ps(wt[r], m0);
+        const __m256 w1 = _mm256_maskload_ps(wt[r] + 8, m1);
         acc[c][r][0] = _mm256_blendv_ps(acc[c][r][0], _mm256_fmadd_ps(w0, x0, acc[c][r][0]),
                                         _mm256_castsi256_ps(m0));
         acc[c][r][1] = _mm256_blendv_ps(acc[c][r][1], _mm256_fmadd_ps(w1, x1, acc[c][r][1]),
@@ -374,19 +492,42 @@ void float_subtile(const float* w, int64_t w_stride, const float* x, int64_t x_s
     for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
 }
 
-void float_tile_avx2(int R, int C, const float* w, int64_t w_stride, const float* x,
-                     int64_t x_stride, int64_t k, float* out) {
+template <class L, size_t kAhead>
+void float_tile_2x2(int R, int C, const uint8_t* w, size_t stride, const float* x, int64_t x_stride,
+                    int64_t k, float* out) {
+  using Fn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*, int);
+  static constexpr Fn kFns[2][2] = {
+      {&float_subtile<1, 1, L, kAhead>, &float_subtile<1, 2, L, kAhead>},
+      {&float_subtile<2, 1, L, kAhead>, &float_subtile<2, 2, L, kAhead>}};
   for (int c = 0; c < C; c += 2) {
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
-      const float* wr = w + r * w_stride;
-      const float* xc = x + c * x_stride;
-      float* o = out + c * R + r;
-      if (rr == 2 && cc == 2) float_subtile<2, 2>(wr, w_stride, xc, x_stride, k, o, R);
-      if (rr == 2 && cc == 1) float_subtile<2, 1>(wr, w_stride, xc, x_stride, k, o, R);
-      if (rr == 1 && cc == 2) float_subtile<1, 2>(wr, w_stride, xc, x_stride, k, o, R);
-      if (rr == 1 && cc == 1) float_subtile<1, 1>(wr, w_stride, xc, x_stride, k, o, R);
+      kFns[rr - 1][cc - 1](w + r * stride, stride, x + c * x_stride, x_stride, k, out + c * R + r,
+                           R);
     }
+  }
+}
+
+void float_tile_avx2(int R, int C, const float* w, int64_t w_stride, const float* x,
+                     int64_t x_stride, int64_t k, float* out) {
+  float_tile_2x2<LoadF32, 0>(R, C, reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float), x,
+                             x_stride, k, out);
+}
+
+#ifndef ENCORE_PF_FLOAT
+#define ENCORE_PF_FLOAT 8
+#endif
+
+bool has_direct_float_avx2(DType t, int64_t m) {
+  return m <= 4 && (t == DType::F16 || t == DType::BF16);
+}
+
+void direct_float_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
+                            const float* x, int64_t x_stride, int64_t k, float* out) {
+  if (t == DType::F16) {
+    float_tile_2x2<LoadF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, out);
+  } else {
+    float_tile_2x2<LoadBF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, out);
   }
 }
 
@@ -415,8 +556,10 @@ void widen_avx2(DType t, const uint8_t* src, int64_t k, float* dst) {
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels k{quantize_act_avx2, decode_avx2, int_tile_avx2,   min_term_avx2,
-                            float_tile_avx2,   widen_avx2,  has_direct_avx2, direct_tile_avx2};
+  static const IsaKernels k{quantize_act_avx2,     decode_avx2,      int_tile_avx2,
+                            min_term_avx2,         float_tile_avx2,  widen_avx2,
+                            has_direct_avx2,       direct_tile_avx2, has_direct_float_avx2,
+                            direct_float_tile_avx2};
   return k;
 }
 

@@ -146,6 +146,72 @@ void q8_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
 }
 
+// int_tile_t<R, C, true> for Q4_0 without the decode pass. A block (18
+// bytes: fp16 d, qs[16]; byte j holds w_j + 8 in its low nibble and
+// w_{j+16} + 8 in its high one) is one group; two blocks fill a register as
+// in q8_0_tile_t, ws lanes [d(2t) x8, d(2t+1) x8]. The nibbles u = w + 8 are
+// the u8 side of vpdpbusd as they are, and the accumulator starts at
+// -8 * sum(q) per lane (computed once per activation register, shared by the
+// tile's weight rows): sum(u * q) - 8 * sum(q) = sum(w * q), exact in int32.
+// An odd last block runs with a zero upper half, whose q are the zero
+// padding (a no-op).
+template <int R, int C>
+void q4_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
+                 float* out) {
+  constexpr size_t kB = 18;  // sizeof(BlockQ4_0)
+  const int64_t ng = a.kp / kGroup, nb = k / kGroup;
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i k8 = _mm512_set1_epi8(8);
+  const __m512i idx_da = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 acc[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+  auto pair = [&](int64_t b, bool has_hi) {
+    __m512i wv[R];
+    __m512 sc[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b * kB;
+      const char* ahead = reinterpret_cast<const char*>(p + kPrefetchRows * row_bytes);
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 2 * kB - 1, _MM_HINT_T0);
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+      uint16_t d0, d1 = 0;
+      __builtin_memcpy(&d0, p, 2);
+      __m128i hi = _mm_setzero_si128();
+      if (has_hi) {
+        hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kB + 2));
+        __builtin_memcpy(&d1, p + kB, 2);
+      }
+      // 128-bit lanes [lo, hi, lo >> 4, hi >> 4] masked, then put in value
+      // order [lo & f, lo >> 4, hi & f, hi >> 4] = w of blocks b, b + 1.
+      const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+      const __m512i z = _mm512_and_si512(
+          _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1), m4);
+      wv[r] = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+      const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | (uint32_t{d1} << 16))));
+      sc[r] = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d));
+    }
+    for (int c = 0; c < C; ++c) {
+      const int8_t* q = a.q + (i0 + c) * a.kp + b * kGroup;
+      const __m512i qv = _mm512_loadu_si512(q);
+      const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), k8, qv));
+      const __m128 d2 = _mm_castsi128_ps(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.d + (i0 + c) * ng + b)));
+      const __m512 dac = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d2));
+      for (int r = 0; r < R; ++r) {
+        const __m512i p = _mm512_dpbusd_epi32(base, wv[r], qv);
+        acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sc[r], dac), acc[c][r]);
+      }
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) pair(b, true);
+  if (b < nb) pair(b, false);
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+}
+
 // int_tile_t<R, C, false> for Q4_K without the decode pass. Per super-block
 // the 6-bit scales and mins are unpacked with integer ops (the same values
 // get_scale_min_k4 gives), ws_j = d * sc_j and wm_j = -(dmin * m_j) as
@@ -251,6 +317,13 @@ struct Q8Direct {
   }
 };
 template <int R, int C>
+struct Q40Direct {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
+                  float*) {
+    q4_0_tile_t<R, C>(w, rb, k, a, i0, out);
+  }
+};
+template <int R, int C>
 struct Q4KDirect {
   static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
                   float* wm) {
@@ -265,14 +338,16 @@ constexpr std::array<std::array<DirectFn, 4>, 4> direct_table() {
 }
 
 bool has_direct_avx512(DType t, int64_t m) {
-  return m <= 8 && (t == DType::Q8_0 || t == DType::Q4_K);
+  return m <= 8 && (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K);
 }
 
 void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                         const ActRows& a, int64_t i0, float* out, float* wm) {
   static constexpr auto kQ8 = direct_table<Q8Direct>();
+  static constexpr auto kQ40 = direct_table<Q40Direct>();
   static constexpr auto kQ4K = direct_table<Q4KDirect>();
-  (t == DType::Q8_0 ? kQ8 : kQ4K)[R - 1][C - 1](w, row_bytes, k, a, i0, out, wm);
+  const auto& table = t == DType::Q8_0 ? kQ8 : t == DType::Q4_0 ? kQ40 : kQ4K;
+  table[R - 1][C - 1](w, row_bytes, k, a, i0, out, wm);
 }
 
 using IntTileFn = void (*)(const DecRows&, int64_t, const ActRows&, int64_t, float*);
@@ -295,15 +370,44 @@ void int_tile_avx512(int R, int C, bool w_signed, const DecRows& dr, int64_t r0,
   (w_signed ? kSigned : kUnsigned)[R - 1][C - 1](dr, r0, a, i0, out);
 }
 
-template <int R, int C>
-void float_tile_t(const float* w, int64_t w_stride, const float* x, int64_t x_stride, int64_t k,
+// Weight loaders of the float tiles: 16 values of a row from index i, exact
+// (vcvtph2ps only quiets signalling NaNs; outputs are NaN-canonicalised),
+// masked lanes read nothing.
+struct LoadF32 {
+  static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+  }
+};
+struct LoadF16 {
+  static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * i));
+  }
+};
+struct LoadBF16 {
+  static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+  }
+};
+
+// R x C canonical dot products over rows of weights `stride` bytes apart.
+// kAhead > 0: also prefetch the same bytes kAhead rows further on (the
+// direct F16/BF16 decode path reads the rows in place; speed only).
+template <int R, int C, class L, size_t kAhead>
+void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                   float* out) {
   __m512 acc[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
   auto step = [&](int64_t i, __mmask16 m) {
     __m512 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_ps(m, w + r * w_stride + i);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* row = w + r * stride;
+      if (kAhead > 0 && i % 32 == 0) {  // 64 bytes of a 16-bit row
+        _mm_prefetch(reinterpret_cast<const char*>(row + kAhead * stride + 2 * i), _MM_HINT_T0);
+      }
+      wv[r] = L::load(row, i, m);
+    }
     for (int c = 0; c < C; ++c) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + i);
       // Masked: lanes past k are not touched at all (an unmasked
@@ -319,19 +423,40 @@ void float_tile_t(const float* w, int64_t w_stride, const float* x, int64_t x_st
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
 }
 
-using FloatTileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*);
+using FloatTileFn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*);
 
-template <int R, int... Cs>
+template <class L, size_t kAhead, int R, int... Cs>
 constexpr auto frow_of(std::integer_sequence<int, Cs...>) {
-  return std::array<FloatTileFn, sizeof...(Cs)>{&float_tile_t<R, Cs + 1>...};
+  return std::array<FloatTileFn, sizeof...(Cs)>{&float_tile_t<R, Cs + 1, L, kAhead>...};
+}
+
+template <class L, size_t kAhead>
+constexpr std::array<std::array<FloatTileFn, 4>, 4> float_table() {
+  constexpr auto seq = std::make_integer_sequence<int, 4>{};
+  return {frow_of<L, kAhead, 1>(seq), frow_of<L, kAhead, 2>(seq), frow_of<L, kAhead, 3>(seq),
+          frow_of<L, kAhead, 4>(seq)};
 }
 
 void float_tile_avx512(int R, int C, const float* w, int64_t w_stride, const float* x,
                        int64_t x_stride, int64_t k, float* out) {
-  static constexpr auto seq = std::make_integer_sequence<int, 4>{};
-  static constexpr std::array<std::array<FloatTileFn, 4>, 4> kTable = {
-      frow_of<1>(seq), frow_of<2>(seq), frow_of<3>(seq), frow_of<4>(seq)};
-  kTable[R - 1][C - 1](w, w_stride, x, x_stride, k, out);
+  static constexpr auto kTable = float_table<LoadF32, 0>();
+  kTable[R - 1][C - 1](reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float), x, x_stride,
+                       k, out);
+}
+
+#ifndef ENCORE_PF_FLOAT
+#define ENCORE_PF_FLOAT 8
+#endif
+
+bool has_direct_float_avx512(DType t, int64_t m) {
+  return m <= 8 && (t == DType::F16 || t == DType::BF16);
+}
+
+void direct_float_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
+                              const float* x, int64_t x_stride, int64_t k, float* out) {
+  static constexpr auto kF16 = float_table<LoadF16, ENCORE_PF_FLOAT>();
+  static constexpr auto kBF16 = float_table<LoadBF16, ENCORE_PF_FLOAT>();
+  (t == DType::F16 ? kF16 : kBF16)[R - 1][C - 1](w, row_bytes, x, x_stride, k, out);
 }
 
 }  // namespace
@@ -343,6 +468,8 @@ const IsaKernels& avx512_kernels() {
     t.float_tile = float_tile_avx512;
     t.has_direct = has_direct_avx512;
     t.direct_tile = direct_tile_avx512;
+    t.has_direct_float = has_direct_float_avx512;
+    t.direct_float_tile = direct_float_tile_avx512;
     return t;
   }();
   return k;

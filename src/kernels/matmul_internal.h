@@ -116,6 +116,12 @@ struct IsaKernels {
   bool (*has_direct)(DType t, int64_t m);  // m: activation rows of the call
   void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out, float* wm);
+  // Optional (null, or false from has_direct_float = widen + float_tile):
+  // the float_tile result read straight from R rows of F16/BF16 weights
+  // (row_bytes apart), for small batches. Same operations, same bits.
+  bool (*has_direct_float)(DType t, int64_t m) = nullptr;
+  void (*direct_float_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
+                            const float* x, int64_t x_stride, int64_t k, float* out) = nullptr;
 };
 
 const IsaKernels& scalar_kernels();
