@@ -91,9 +91,9 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
     if (direct) {
       float out[mm::kMaxTileR * mm::kMaxTileC];
-      // wm of the tile's rows (types with an offset): [kMaxTileR, cols / 32]
-      std::vector<float> wm(with_min ? static_cast<size_t>(mm::kMaxTileR * (cols / mm::kGroup))
-                                     : 0);
+      // wm of the tile's rows (types with an offset): [kMaxTileR, n_groups];
+      // the kernels write the first cols / 32 of each row, the padding stays 0.
+      std::vector<float> wm(with_min ? static_cast<size_t>(mm::kMaxTileR * n_groups) : 0, 0.0f);
       for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
         const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
         for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
@@ -104,12 +104,9 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
             for (int r = 0; r < R; ++r) {
               float v = out[c * R + r];
               // The padding groups past cols add nothing to accm (wm = asum = 0).
-              // min_term runs 8 groups at a time: only types whose rows are
-              // whole 256-value super-blocks (Q4_K) take this path with wm.
               if (with_min) {
-                assert((cols / mm::kGroup) % 8 == 0);
-                v += kt.min_term(wm.data() + r * (cols / mm::kGroup),
-                                 act.asum + (i0 + c) * n_groups, cols / mm::kGroup);
+                v +=
+                    kt.min_term(wm.data() + r * n_groups, act.asum + (i0 + c) * n_groups, n_groups);
               }
               y[(i0 + c) * rows + r0 + r] = canon(v);
             }

@@ -295,20 +295,25 @@ void q8_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const Ac
     for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
 }
 
-// int_subtile<R, C, true> for Q4_0 read straight from the blocks (18 bytes:
-// fp16 d, qs[16]; byte j holds w_j + 8 low and w_{j+16} + 8 high): the
-// nibbles u = w + 8 are the u8 side of maddubs as they are, and
-// 8 * sum(q) of each pair is taken off in int16 (both sides <= 2 * 15 * 127,
-// so nothing saturates), which leaves exactly the canonical p.
-template <int R, int C>
-void q4_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
-                         int64_t i0, float* out, int ldo) {
-  constexpr size_t kB = 18;     // sizeof(BlockQ4_0)
+// int_subtile<R, C, S> for the 32-value block types Q4_0, Q4_1, Q5_0, Q5_1
+// read straight from the blocks (layout in LegacyBlock, matmul_internal.h):
+// the unsigned values u = w + bias (<= 31) are the u8 side of maddubs as
+// they are, and bias * sum(q) of each pair is taken off in int16 (both sides
+// <= 2 * 31 * 127, so nothing saturates), which leaves exactly the canonical
+// p. Types with a min write wm[r][b] = m.
+template <int R, int C, class B>
+void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
+                           int64_t i0, float* out, int ldo, float* wm) {
   constexpr size_t kAhead = 8;  // prefetch distance in rows, as in q8_0_direct_subtile
   const int64_t ng = a.kp / kGroup, nb = k / kGroup;
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i k8 = _mm256_set1_epi8(8);
+  const __m256i bias = _mm256_set1_epi8(B::kBias);
+  // Bit j of qh to byte j: byte j takes qh's byte j / 8, then its bit j % 8.
+  const __m256i spread =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  const __m256i bit_of = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
   __m256 acc[C][R][2];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
@@ -317,21 +322,27 @@ void q4_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const Ac
     __m256i wv[R];
     __m256 sc[R];
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b * kB;
+      const uint8_t* p = w + r * row_bytes + b * B::kBytes;
       _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::kQs));
       wv[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
-      uint16_t d;
-      __builtin_memcpy(&d, p, 2);
-      sc[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+      if constexpr (B::kQh >= 0) {
+        const __m256i sel =
+            _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(rd32(p + B::kQh))), spread);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(sel, bit_of), bit_of);
+        wv[r] = _mm256_or_si256(wv[r], _mm256_and_si256(set, bit4));
+      }
+      if constexpr (B::kMin >= 0) wm[r * ng + b] = _cvtsh_ss(rd16(p + B::kMin));
+      sc[r] = _mm256_set1_ps(_cvtsh_ss(rd16(p)));
     }
     for (int c = 0; c < C; ++c) {
       const __m256i qv =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * b));
-      const __m256i base = _mm256_maddubs_epi16(k8, qv);
+      const __m256i base = B::kBias != 0 ? _mm256_maddubs_epi16(bias, qv) : _mm256_setzero_si256();
       const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + b);
       for (int r = 0; r < R; ++r) {
-        const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(wv[r], qv), base);
+        __m256i p16 = _mm256_maddubs_epi16(wv[r], qv);
+        if (B::kBias != 0) p16 = _mm256_sub_epi16(p16, base);
         const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
         acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
       }
@@ -342,18 +353,19 @@ void q4_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const Ac
 }
 
 using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
-                                 int);
+                                 int, float*);
 
+// A direct tile of R x C from 2 x 2 sub-tiles; wm rows follow the weight rows.
 template <template <int, int> class F>
 void direct_tile_2x2(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
-                     int64_t i0, float* out) {
+                     int64_t i0, float* out, float* wm) {
   static constexpr DirectSubtileFn kFns[2][2] = {{&F<1, 1>::run, &F<1, 2>::run},
                                                  {&F<2, 1>::run, &F<2, 2>::run}};
   for (int c = 0; c < C; c += 2) {
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
       kFns[rr - 1][cc - 1](w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c,
-                           out + c * R + r, R);
+                           out + c * R + r, R, wm + r * (a.kp / kGroup));
     }
   }
 }
@@ -361,30 +373,53 @@ void direct_tile_2x2(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k
 template <int R, int C>
 struct Q80Sub {
   static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
-                  int ldo) {
+                  int ldo, float*) {
     q8_0_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
   }
 };
-template <int R, int C>
-struct Q40Sub {
-  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
-                  int ldo) {
-    q4_0_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
-  }
+template <class B>
+struct LegacySub {
+  template <int R, int C>
+  struct F {
+    static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
+                    int ldo, float* wm) {
+      legacy_direct_subtile<R, C, B>(w, rb, k, a, i0, o, ldo, wm);
+    }
+  };
 };
 
 // Up to 4 activation rows: beyond that the 2x2 sub-tiles would read each
 // block from cache more often than decoding it once costs.
 bool has_direct_avx2(DType t, int64_t m) {
-  return (t == DType::Q8_0 || t == DType::Q4_0) && m <= 4;
+  switch (t) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+      return m <= 4;
+    default:
+      return false;
+  }
 }
 
 void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
-                      const ActRows& a, int64_t i0, float* out, float* /*wm*/) {
-  if (t == DType::Q8_0) {
-    direct_tile_2x2<Q80Sub>(R, C, w, row_bytes, k, a, i0, out);
-  } else {
-    direct_tile_2x2<Q40Sub>(R, C, w, row_bytes, k, a, i0, out);
+                      const ActRows& a, int64_t i0, float* out, float* wm) {
+  switch (t) {
+    case DType::Q8_0:
+      return direct_tile_2x2<Q80Sub>(R, C, w, row_bytes, k, a, i0, out, wm);
+    case DType::Q4_0:
+      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q4_0>>::F>(R, C, w, row_bytes, k, a, i0,
+                                                                     out, wm);
+    case DType::Q4_1:
+      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q4_1>>::F>(R, C, w, row_bytes, k, a, i0,
+                                                                     out, wm);
+    case DType::Q5_0:
+      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q5_0>>::F>(R, C, w, row_bytes, k, a, i0,
+                                                                     out, wm);
+    default:  // Q5_1 (has_direct_avx2)
+      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q5_1>>::F>(R, C, w, row_bytes, k, a, i0,
+                                                                     out, wm);
   }
 }
 

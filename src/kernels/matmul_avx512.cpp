@@ -146,22 +146,22 @@ void q8_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
 }
 
-// int_tile_t<R, C, true> for Q4_0 without the decode pass. A block (18
-// bytes: fp16 d, qs[16]; byte j holds w_j + 8 in its low nibble and
-// w_{j+16} + 8 in its high one) is one group; two blocks fill a register as
-// in q8_0_tile_t, ws lanes [d(2t) x8, d(2t+1) x8]. The nibbles u = w + 8 are
-// the u8 side of vpdpbusd as they are, and the accumulator starts at
-// -8 * sum(q) per lane (computed once per activation register, shared by the
-// tile's weight rows): sum(u * q) - 8 * sum(q) = sum(w * q), exact in int32.
-// An odd last block runs with a zero upper half, whose q are the zero
-// padding (a no-op).
-template <int R, int C>
-void q4_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
-                 float* out) {
-  constexpr size_t kB = 18;  // sizeof(BlockQ4_0)
+// int_tile_t<R, C, S> for the 32-value block types Q4_0, Q4_1, Q5_0, Q5_1
+// without the decode pass (layout in LegacyBlock, matmul_internal.h). A
+// block is one group; two blocks fill a register as in q8_0_tile_t, ws lanes
+// [d(2t) x8, d(2t+1) x8]. The unsigned values u = w + bias (<= 31) are the
+// u8 side of vpdpbusd as they are; with a bias the accumulator starts at
+// -bias * sum(q) per lane (once per activation register, shared by the
+// tile's weight rows): sum(u * q) - bias * sum(q) = sum(w * q), exact in
+// int32. Types with a min write wm[r][b] = m. An odd last block runs with a
+// zero upper half, whose q are the zero padding (a no-op).
+template <int R, int C, class B>
+void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
+                   float* out, float* wm) {
   const int64_t ng = a.kp / kGroup, nb = k / kGroup;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const __m512i k8 = _mm512_set1_epi8(8);
+  const __m512i bias = _mm512_set1_epi8(B::kBias);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
   const __m512i idx_da = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   __m512 acc[C][R];
   for (int c = 0; c < C; ++c)
@@ -170,32 +170,39 @@ void q4_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
     __m512i wv[R];
     __m512 sc[R];
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b * kB;
+      const uint8_t* p = w + r * row_bytes + b * B::kBytes;
       const char* ahead = reinterpret_cast<const char*>(p + kPrefetchRows * row_bytes);
       _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 2 * kB - 1, _MM_HINT_T0);
-      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-      uint16_t d0, d1 = 0;
-      __builtin_memcpy(&d0, p, 2);
-      __m128i hi = _mm_setzero_si128();
-      if (has_hi) {
-        hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kB + 2));
-        __builtin_memcpy(&d1, p + kB, 2);
-      }
+      _mm_prefetch(ahead + 2 * B::kBytes - 1, _MM_HINT_T0);
+      const uint8_t* p1 = p + B::kBytes;
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::kQs));
+      const __m128i hi = has_hi ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + B::kQs))
+                                : _mm_setzero_si128();
+      const uint32_t d01 = rd16(p) | (has_hi ? uint32_t{rd16(p1)} << 16 : 0u);
       // 128-bit lanes [lo, hi, lo >> 4, hi >> 4] masked, then put in value
-      // order [lo & f, lo >> 4, hi & f, hi >> 4] = w of blocks b, b + 1.
+      // order [lo & f, lo >> 4, hi & f, hi >> 4] = u of blocks b, b + 1.
       const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
       const __m512i z = _mm512_and_si512(
           _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1), m4);
       wv[r] = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-      const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | (uint32_t{d1} << 16))));
+      if constexpr (B::kQh >= 0) {  // bit 4 of value j is bit j of qh
+        const uint64_t qh = rd32(p + B::kQh) | (has_hi ? uint64_t{rd32(p1 + B::kQh)} << 32 : 0u);
+        wv[r] =
+            _mm512_mask_blend_epi8(static_cast<__mmask64>(qh), wv[r], _mm512_or_si512(wv[r], bit4));
+      }
+      if constexpr (B::kMin >= 0) {
+        wm[r * ng + b] = _cvtsh_ss(rd16(p + B::kMin));
+        if (has_hi) wm[r * ng + b + 1] = _cvtsh_ss(rd16(p1 + B::kMin));
+      }
+      const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d01)));
       sc[r] = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d));
     }
     for (int c = 0; c < C; ++c) {
-      const int8_t* q = a.q + (i0 + c) * a.kp + b * kGroup;
-      const __m512i qv = _mm512_loadu_si512(q);
-      const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), k8, qv));
+      const __m512i qv = _mm512_loadu_si512(a.q + (i0 + c) * a.kp + b * kGroup);
+      __m512i base = _mm512_setzero_si512();
+      if constexpr (B::kBias != 0) {
+        base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, qv));
+      }
       const __m128 d2 = _mm_castsi128_ps(
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.d + (i0 + c) * ng + b)));
       const __m512 dac = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d2));
@@ -261,7 +268,7 @@ void q4_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
           _mm_cvtsi64_si128(static_cast<int64_t>(m_lo | (uint64_t{m_hi} << 32)))));
       ws8[r] = _mm256_mul_ps(d, scf);
       // -(dmin * m): the negation is exact, so xor the sign of the product.
-      _mm256_storeu_ps(wm + r * (k / kGroup) + 8 * b,
+      _mm256_storeu_ps(wm + r * ng + 8 * b,
                        _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f)));
     }
     // ws_j * da_j for the super-block's 8 groups, per (activation, weight)
@@ -316,12 +323,15 @@ struct Q8Direct {
     q8_0_direct<R, C>(w, rb, k, a, i0, out, wm);
   }
 };
-template <int R, int C>
-struct Q40Direct {
-  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
-                  float*) {
-    q4_0_tile_t<R, C>(w, rb, k, a, i0, out);
-  }
+template <class B>
+struct LegacyDirect {
+  template <int R, int C>
+  struct F {
+    static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
+                    float* out, float* wm) {
+      legacy_tile_t<R, C, B>(w, rb, k, a, i0, out, wm);
+    }
+  };
 };
 template <int R, int C>
 struct Q4KDirect {
@@ -338,15 +348,33 @@ constexpr std::array<std::array<DirectFn, 4>, 4> direct_table() {
 }
 
 bool has_direct_avx512(DType t, int64_t m) {
-  return m <= 8 && (t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K);
+  switch (t) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q4_K:
+      return m <= 8;
+    default:
+      return false;
+  }
 }
 
 void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                         const ActRows& a, int64_t i0, float* out, float* wm) {
   static constexpr auto kQ8 = direct_table<Q8Direct>();
-  static constexpr auto kQ40 = direct_table<Q40Direct>();
+  static constexpr auto kQ40 = direct_table<LegacyDirect<LegacyBlock<DType::Q4_0>>::F>();
+  static constexpr auto kQ41 = direct_table<LegacyDirect<LegacyBlock<DType::Q4_1>>::F>();
+  static constexpr auto kQ50 = direct_table<LegacyDirect<LegacyBlock<DType::Q5_0>>::F>();
+  static constexpr auto kQ51 = direct_table<LegacyDirect<LegacyBlock<DType::Q5_1>>::F>();
   static constexpr auto kQ4K = direct_table<Q4KDirect>();
-  const auto& table = t == DType::Q8_0 ? kQ8 : t == DType::Q4_0 ? kQ40 : kQ4K;
+  const auto& table = t == DType::Q8_0   ? kQ8
+                      : t == DType::Q4_0 ? kQ40
+                      : t == DType::Q4_1 ? kQ41
+                      : t == DType::Q5_0 ? kQ50
+                      : t == DType::Q5_1 ? kQ51
+                                         : kQ4K;
   table[R - 1][C - 1](w, row_bytes, k, a, i0, out, wm);
 }
 

@@ -112,7 +112,8 @@ struct IsaKernels {
   // int_tile result read straight from the blocks of R weight rows (starting
   // at w, row_bytes apart, k values each), for small batches where decoding
   // into a buffer first costs more than the dot products. Same operations,
-  // same bits. Types with an offset also write each row's wm: [R, k / 32].
+  // same bits. Types with an offset also write each row's wm: [R, kp / 32]
+  // (entries past k / 32 are left as they are: the caller zeroes them).
   bool (*has_direct)(DType t, int64_t m);  // m: activation rows of the call
   void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out, float* wm);
@@ -123,6 +124,44 @@ struct IsaKernels {
   void (*direct_float_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                             const float* x, int64_t x_stride, int64_t k, float* out) = nullptr;
 };
+
+// Byte layout of the 32-value block types, for the direct kernels: fp16 d
+// at 0, fp16 m at kMin, 32 high bits at kQh (-1: none), qs[16] at kQs (byte
+// j: value j in the low nibble, value j + 16 in the high one); w = u - kBias.
+template <DType T>
+struct LegacyBlock;
+template <>
+struct LegacyBlock<DType::Q4_0> {
+  static constexpr size_t kBytes = 18;
+  static constexpr int kMin = -1, kQh = -1, kQs = 2, kBias = 8;
+};
+template <>
+struct LegacyBlock<DType::Q4_1> {
+  static constexpr size_t kBytes = 20;
+  static constexpr int kMin = 2, kQh = -1, kQs = 4, kBias = 0;
+};
+template <>
+struct LegacyBlock<DType::Q5_0> {
+  static constexpr size_t kBytes = 22;
+  static constexpr int kMin = -1, kQh = 2, kQs = 6, kBias = 16;
+};
+template <>
+struct LegacyBlock<DType::Q5_1> {
+  static constexpr size_t kBytes = 24;
+  static constexpr int kMin = 2, kQh = 4, kQs = 8, kBias = 0;
+};
+
+// Unaligned little-endian loads from weight bytes.
+inline uint16_t rd16(const uint8_t* p) {
+  uint16_t v;
+  __builtin_memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t rd32(const uint8_t* p) {
+  uint32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
 
 const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();

@@ -73,12 +73,6 @@ void quantize_act_scalar(const float* x, int64_t k, const ActRows& a, int64_t i)
   }
 }
 
-uint16_t rd16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
 }  // namespace
 
 void decode_scalar(DType t, const uint8_t* src, int64_t k, const DecRows& dr, int64_t r) {
