@@ -219,89 +219,7 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
 }
 
-// int_tile_t<R, C, false> for Q4_K without the decode pass. Per super-block
-// the 6-bit scales and mins are unpacked with integer ops (the same values
-// get_scale_min_k4 gives), ws_j = d * sc_j and wm_j = -(dmin * m_j) as
-// decode computes them (exact products), and chunk c (32 bytes: low nibbles
-// = group 2c, high nibbles = group 2c + 1) is one register.
-template <int R, int C>
-void q4_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
-                 float* out, float* wm) {
-  constexpr size_t kB = 144;  // sizeof(BlockQ4_K)
-  const int64_t ng = a.kp / kGroup, nsb = k / 256;
-  const __m512i m4x = _mm512_set1_epi8(0x0f);
-  const __m512i idx_da = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m512i idx_ws[4];
-  for (int c = 0; c < 4; ++c) {
-    idx_ws[c] = _mm512_add_epi32(idx_da, _mm512_set1_epi32(2 * c));
-  }
-  __m512 acc[C][R];
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nsb; ++b) {
-    __m256 ws8[R];  // [8] d * sc_j of this super-block, per row
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b * kB;
-      const char* ahead = reinterpret_cast<const char*>(p + kPrefetchRows * row_bytes);
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
-      _mm_prefetch(ahead + 128, _MM_HINT_T0);
-      uint16_t dh, mh;
-      uint32_t u[3];
-      __builtin_memcpy(&dh, p, 2);
-      __builtin_memcpy(&mh, p + 2, 2);
-      __builtin_memcpy(u, p + 4, 12);
-      // sc_0..3 = low 6 bits of bytes 0..3; m_0..3 = low 6 bits of bytes 4..7;
-      // sc_4..7 = low nibble of bytes 8..11 | top 2 bits of bytes 0..3 << 4;
-      // m_4..7 = high nibble of bytes 8..11 | top 2 bits of bytes 4..7 << 4.
-      const uint32_t sc_lo = u[0] & 0x3f3f3f3fu;
-      const uint32_t m_lo = u[1] & 0x3f3f3f3fu;
-      const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6) & 0x03030303u) << 4;
-      const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 6) & 0x03030303u) << 4;
-      const __m128 dm =
-          _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dh | (uint32_t{mh} << 16))));
-      const __m256 d = _mm256_broadcastss_ps(dm);
-      const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-      const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-          _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | (uint64_t{sc_hi} << 32)))));
-      const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-          _mm_cvtsi64_si128(static_cast<int64_t>(m_lo | (uint64_t{m_hi} << 32)))));
-      ws8[r] = _mm256_mul_ps(d, scf);
-      // -(dmin * m): the negation is exact, so xor the sign of the product.
-      _mm256_storeu_ps(wm + r * ng + 8 * b,
-                       _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f)));
-    }
-    // ws_j * da_j for the super-block's 8 groups, per (activation, weight)
-    // row pair: the same rounded products int_tile_t forms lane by lane.
-    __m256 sd[C][R];
-    for (int c = 0; c < C; ++c) {
-      const __m256 da8 = _mm256_loadu_ps(a.d + (i0 + c) * ng + 8 * b);
-      for (int r = 0; r < R; ++r) sd[c][r] = _mm256_mul_ps(ws8[r], da8);
-    }
-    for (int ch = 0; ch < 4; ++ch) {
-      __m512i wv[R];
-      for (int r = 0; r < R; ++r) {
-        // Both halves get the 32 bytes; the upper half is shifted to its
-        // high nibbles, then both are masked to 4 bits.
-        const uint8_t* qs = w + r * row_bytes + b * kB + 16 + 32 * ch;
-        const __m512i v =
-            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
-        wv[r] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xffff0000u, v, 4), m4x);
-      }
-      const int64_t g = 8 * b + 2 * ch;  // first group of this register
-      for (int c = 0; c < C; ++c) {
-        const __m512i qv = _mm512_loadu_si512(a.q + (i0 + c) * a.kp + g * kGroup);
-        for (int r = 0; r < R; ++r) {
-          const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], qv);
-          const __m512 scale = _mm512_permutexvar_ps(idx_ws[ch], _mm512_castps256_ps512(sd[c][r]));
-          acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[c][r]);
-        }
-      }
-    }
-  }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
-}
+#include "kernels/direct_kquant_avx512.h"
 
 using DirectFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*, float*);
 
@@ -333,11 +251,21 @@ struct LegacyDirect {
     }
   };
 };
+template <bool Q5>
+struct Q45KDirect {
+  template <int R, int C>
+  struct F {
+    static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
+                    float* out, float* wm) {
+      q45_k_tile_t<R, C, Q5>(w, rb, k, a, i0, out, wm);
+    }
+  };
+};
 template <int R, int C>
-struct Q4KDirect {
+struct Q6KDirect {
   static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
-                  float* wm) {
-    q4_k_tile_t<R, C>(w, rb, k, a, i0, out, wm);
+                  float*) {
+    q6_k_tile_t<R, C>(w, rb, k, a, i0, out);
   }
 };
 
@@ -355,6 +283,8 @@ bool has_direct_avx512(DType t, int64_t m) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
       return m <= 8;
     default:
       return false;
@@ -368,14 +298,37 @@ void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_byte
   static constexpr auto kQ41 = direct_table<LegacyDirect<LegacyBlock<DType::Q4_1>>::F>();
   static constexpr auto kQ50 = direct_table<LegacyDirect<LegacyBlock<DType::Q5_0>>::F>();
   static constexpr auto kQ51 = direct_table<LegacyDirect<LegacyBlock<DType::Q5_1>>::F>();
-  static constexpr auto kQ4K = direct_table<Q4KDirect>();
-  const auto& table = t == DType::Q8_0   ? kQ8
-                      : t == DType::Q4_0 ? kQ40
-                      : t == DType::Q4_1 ? kQ41
-                      : t == DType::Q5_0 ? kQ50
-                      : t == DType::Q5_1 ? kQ51
-                                         : kQ4K;
-  table[R - 1][C - 1](w, row_bytes, k, a, i0, out, wm);
+  static constexpr auto kQ4K = direct_table<Q45KDirect<false>::F>();
+  static constexpr auto kQ5K = direct_table<Q45KDirect<true>::F>();
+  static constexpr auto kQ6K = direct_table<Q6KDirect>();
+  const std::array<std::array<DirectFn, 4>, 4>* table = nullptr;
+  switch (t) {
+    case DType::Q8_0:
+      table = &kQ8;
+      break;
+    case DType::Q4_0:
+      table = &kQ40;
+      break;
+    case DType::Q4_1:
+      table = &kQ41;
+      break;
+    case DType::Q5_0:
+      table = &kQ50;
+      break;
+    case DType::Q5_1:
+      table = &kQ51;
+      break;
+    case DType::Q4_K:
+      table = &kQ4K;
+      break;
+    case DType::Q5_K:
+      table = &kQ5K;
+      break;
+    default:
+      table = &kQ6K;
+      break;  // Q6_K (has_direct_avx512)
+  }
+  (*table)[R - 1][C - 1](w, row_bytes, k, a, i0, out, wm);
 }
 
 using IntTileFn = void (*)(const DecRows&, int64_t, const ActRows&, int64_t, float*);

@@ -163,6 +163,21 @@ inline uint32_t rd32(const uint8_t* p) {
   return v;
 }
 
+// The 8 six-bit scales and the 8 mins of a Q4_K/Q5_K super-block from its
+// 12 packed bytes (layout in quants.h), one per byte of *sc and *mn (byte j:
+// sub-block j), with integer ops only: the values get_scale_min_k4 gives.
+inline void unpack_k4_scales(const uint8_t* packed, uint64_t* sc, uint64_t* mn) {
+  const uint32_t u0 = rd32(packed), u1 = rd32(packed + 4), u2 = rd32(packed + 8);
+  // sc_0..3 = low 6 bits of bytes 0..3; m_0..3 = low 6 bits of bytes 4..7;
+  // sc_4..7 = low nibble of bytes 8..11 | top 2 bits of bytes 0..3 << 4;
+  // m_4..7 = high nibble of bytes 8..11 | top 2 bits of bytes 4..7 << 4.
+  const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+  const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+  *sc = sc_lo | uint64_t{sc_hi} << 32;
+  *mn = m_lo | uint64_t{m_hi} << 32;
+}
+
 const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();
