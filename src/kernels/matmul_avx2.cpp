@@ -352,6 +352,8 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
     for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
 }
 
+#include "kernels/direct_kquant_avx2.h"
+
 using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
                                  int, float*);
 
@@ -377,6 +379,23 @@ struct Q80Sub {
     q8_0_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
   }
 };
+template <bool Q5>
+struct Q45KSub {
+  template <int R, int C>
+  struct F {
+    static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
+                    int ldo, float* wm) {
+      q45_k_direct_subtile<R, C, Q5>(w, rb, k, a, i0, o, ldo, wm);
+    }
+  };
+};
+template <int R, int C>
+struct Q6KSub {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
+                  int ldo, float*) {
+    q6_k_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
+  }
+};
 template <class B>
 struct LegacySub {
   template <int R, int C>
@@ -397,6 +416,9 @@ bool has_direct_avx2(DType t, int64_t m) {
     case DType::Q4_1:
     case DType::Q5_0:
     case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
       return m <= 4;
     default:
       return false;
@@ -417,9 +439,15 @@ void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
     case DType::Q5_0:
       return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q5_0>>::F>(R, C, w, row_bytes, k, a, i0,
                                                                      out, wm);
-    default:  // Q5_1 (has_direct_avx2)
+    case DType::Q5_1:
       return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q5_1>>::F>(R, C, w, row_bytes, k, a, i0,
                                                                      out, wm);
+    case DType::Q4_K:
+      return direct_tile_2x2<Q45KSub<false>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
+    case DType::Q5_K:
+      return direct_tile_2x2<Q45KSub<true>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
+    default:  // Q6_K (has_direct_avx2)
+      return direct_tile_2x2<Q6KSub>(R, C, w, row_bytes, k, a, i0, out, wm);
   }
 }
 
