@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string_view>
 
 #include "cli_runner.h"
@@ -111,6 +112,54 @@ TEST(Synth, PresetDecidesTheArchitecture) {
   r = run_encore({"synth", "-o", model, "--preset", "tiny-qwen3", "--arch", "llama"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("preset 'tiny-qwen3' is a qwen3 model"), std::string::npos) << r.err;
+}
+
+// The type `encore inspect` prints for one tensor ("" when absent).
+std::string tensor_type(const std::string& inspect_out, const std::string& tensor) {
+  std::istringstream in(inspect_out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string name, type;
+    if (f >> name >> type && name == tensor) return type;
+  }
+  return {};
+}
+
+// Q4_K_M / Q5_K_M as llama-quantize mixes them: output.weight (a tied
+// token_embd.weight) and, in the layers use_more_bits picks (of 2: layer 1),
+// attn_v and ffn_down in Q6_K. tiny-llama3 has an output matrix, tiny-qwen2
+// a tied one.
+TEST(Synth, KMMixesPutQ6KWhereLlamaQuantizeDoes) {
+  TempDir tmp;
+  for (const std::string mix : {"Q4_K_M", "Q5_K_M"}) {
+    const std::string base = mix.substr(0, 4);
+    const std::string tied = tmp.file(mix + "-tied.gguf");
+    ASSERT_EQ(run_encore({"synth", "-o", tied, "--preset", "tiny-qwen2", "--type", mix}).exit_code,
+              0);
+    const CliResult ti = run_encore({"inspect", tied});
+    EXPECT_EQ(tensor_type(ti.out, "token_embd.weight"), "Q6_K") << mix;
+    EXPECT_EQ(tensor_type(ti.out, "output.weight"), "") << mix;
+    const std::string model = tmp.file(mix + ".gguf");
+    const CliResult s =
+        run_encore({"synth", "-o", model, "--preset", "tiny-llama3", "--type", mix});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    EXPECT_NE(s.out.find("type " + mix), std::string::npos) << s.out;
+    const CliResult i = run_encore({"inspect", model});
+    ASSERT_EQ(i.exit_code, 0) << i.err;
+    EXPECT_EQ(tensor_type(i.out, "output.weight"), "Q6_K") << mix;
+    EXPECT_EQ(tensor_type(i.out, "token_embd.weight"), base) << mix;
+    EXPECT_EQ(tensor_type(i.out, "blk.1.attn_v.weight"), "Q6_K") << mix;
+    EXPECT_EQ(tensor_type(i.out, "blk.1.ffn_down.weight"), "Q6_K") << mix;
+    EXPECT_EQ(tensor_type(i.out, "blk.0.attn_v.weight"), base) << mix;
+    EXPECT_EQ(tensor_type(i.out, "blk.0.ffn_down.weight"), base) << mix;
+    EXPECT_EQ(tensor_type(i.out, "blk.1.attn_q.weight"), base) << mix;
+    EXPECT_EQ(tensor_type(i.out, "blk.1.ffn_up.weight"), base) << mix;
+    const CliResult r = run_encore({"run", "-m", model, "-p", "once", "-n", "4", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  const CliResult bad = run_encore({"synth", "-o", tmp.file("x.gguf"), "--type", "Q8_0_M"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown --type 'Q8_0_M'"), std::string::npos) << bad.err;
 }
 
 std::string fingerprint_of(const std::string& model) {

@@ -56,7 +56,13 @@ struct SynthOptions {
   std::string arch;             // "" = the preset's; otherwise must be the preset's
   std::string preset = "tiny";  // see synth_presets()
   DType type = DType::F16;      // type of the 2-D weights (norms, biases, rope_freqs stay F32)
-  std::string vocab_from;       // GGUF whose tokenizer.* keys are copied; "" = built-in
+  // The K-quant mixes of llama-quantize's Q4_K_M / Q5_K_M (type is then
+  // Q4_K / Q5_K): output.weight (token_embd.weight when the output is tied
+  // to it) and, in the layers its use_more_bits picks (the first and last
+  // eighth, every third between), attn_v and ffn_down are Q6_K; the rest is
+  // `type`.
+  bool k_m_mix = false;
+  std::string vocab_from;  // GGUF whose tokenizer.* keys are copied; "" = built-in
   uint64_t seed = 0;
   // Linear RoPE scaling written as <arch>.rope.scaling.{type,factor}; 0 = none.
   float rope_scaling_factor = 0.0f;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <string_view>
 
 #include "encore/error.h"
 #include "encore/gguf.h"
@@ -106,8 +107,12 @@ std::vector<float> llama3_rope_freqs(int n_rot, double freq_base) {
   return out;
 }
 
+// llama-quantize's use_more_bits(i_layer, n_layer): the layers whose
+// attn_v and ffn_down get Q6_K in the *_K_M mixes.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
 // Tensors in llama.cpp's names and shapes for llama, qwen2 and qwen3.
-std::vector<TensorPlan> plan_tensors(const SynthShape& s, DType type) {
+std::vector<TensorPlan> plan_tensors(const SynthShape& s, DType type, bool k_m_mix) {
   const int head_dim = s.effective_head_dim();
   const int64_t n_q = static_cast<int64_t>(head_dim) * s.n_head;
   const int64_t n_kv = static_cast<int64_t>(head_dim) * s.n_head_kv;
@@ -121,15 +126,26 @@ std::vector<TensorPlan> plan_tensors(const SynthShape& s, DType type) {
   // Embedding rows feed an RMSNorm, so their scale is free; 1.0 also gives
   // tied-output logits of unit spread. A separate head gets 2.0 so the
   // next-token distribution is peaked enough to be interesting.
-  plan.push_back({"token_embd.weight", type, s.n_embd, s.n_vocab, Fill::FanIn, 1.0f, {}});
+  // In the _K_M mixes a tied embedding is the output matrix, and is Q6_K.
+  const DType embd_type = k_m_mix && s.tied_output ? DType::Q6_K : type;
+  plan.push_back({"token_embd.weight", embd_type, s.n_embd, s.n_vocab, Fill::FanIn, 1.0f, {}});
   plan.push_back({"output_norm.weight", DType::F32, s.n_embd, 1, norm, norm_scale, {}});
   if (!s.tied_output) {
-    plan.push_back({"output.weight", type, s.n_embd, s.n_vocab, Fill::FanIn, 2.0f, {}});
+    plan.push_back({"output.weight",
+                    k_m_mix ? DType::Q6_K : type,
+                    s.n_embd,
+                    s.n_vocab,
+                    Fill::FanIn,
+                    2.0f,
+                    {}});
   }
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = fmt::format("blk.{}.", l);
+    const bool more_bits = k_m_mix && use_more_bits(l, s.n_layer);
     const auto matrix = [&](const char* name, int64_t cols, int64_t rows) {
-      plan.push_back({p + name, type, cols, rows, Fill::FanIn, 1.0f, {}});
+      const bool q6 = more_bits && (std::string_view(name) == "attn_v.weight" ||
+                                    std::string_view(name) == "ffn_down.weight");
+      plan.push_back({p + name, q6 ? DType::Q6_K : type, cols, rows, Fill::FanIn, 1.0f, {}});
     };
     const auto vec = [&](const char* name, int64_t n, Fill fill, float scale) {
       plan.push_back({p + name, DType::F32, n, 1, fill, scale, {}});
@@ -305,13 +321,18 @@ SynthSummary synth_model(const SynthOptions& options, const std::string& path, T
     shape.n_vocab = static_cast<int>(tokens->arr.size());
   }
 
-  const std::vector<TensorPlan> plan = plan_tensors(shape, options.type);
+  if (options.k_m_mix && options.type != DType::Q4_K && options.type != DType::Q5_K) {
+    throw InvalidArgument(
+        fmt::format("encore synth: the _K_M mix is made of Q4_K or Q5_K, not {}", info.name));
+  }
+  const std::vector<TensorPlan> plan = plan_tensors(shape, options.type, options.k_m_mix);
   for (const TensorPlan& t : plan) {
     // Vectors (norms, biases, rope_freqs) are F32 whatever the type.
-    if (t.type == options.type && t.cols % info.block_elems != 0) {
+    const DTypeInfo& ti = dtype_info(t.type);
+    if (t.type != DType::F32 && t.cols % ti.block_elems != 0) {
       throw InvalidArgument(fmt::format(
-          "encore synth: type {} needs row lengths divisible by {}, but {} has rows of {}",
-          info.name, info.block_elems, t.name, t.cols));
+          "encore synth: type {} needs row lengths divisible by {}, but {} has rows of {}", ti.name,
+          ti.block_elems, t.name, t.cols));
     }
   }
 
