@@ -160,6 +160,27 @@ TEST(GgufRoundTrip, FileBothLoadModes) {
   }
 }
 
+// A file large enough to be read in several pieces on several threads (and
+// into a huge-page buffer): every byte lands where mmap sees it. Each
+// byte is a hash of its offset, so a piece read to the wrong place shows.
+TEST(GgufRoundTrip, LargeFileReadInPiecesEqualsTheMapping) {
+  test::TempDir dir;
+  const uint64_t n = (uint64_t{200} << 20) / 4 + 3;  // F32 values: 200 MiB and a bit
+  Writer w;
+  w.add_tensor("big", DType::F32, {n}, [](uint8_t* dst, uint64_t bytes) {
+    for (uint64_t i = 0; i < bytes; ++i) dst[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  });
+  const std::string path = dir.file("big.gguf");
+  w.write(path);
+  const File read = File::open(path, LoadMode::Read);
+  const File mapped = File::open(path, LoadMode::Mmap);
+  const std::span<const uint8_t> a = read.tensors()[0].bytes(), b = mapped.tensors()[0].bytes();
+  ASSERT_EQ(a.size(), n * 4);
+  ASSERT_EQ(b.size(), n * 4);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
+  EXPECT_EQ(a[a.size() - 1], static_cast<uint8_t>(((a.size() - 1) * 2654435761u) >> 13));
+}
+
 TEST(GgufRoundTrip, EmptyFile) {
   Writer w;
   std::vector<uint8_t> bytes = w.to_bytes();

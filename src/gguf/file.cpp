@@ -12,7 +12,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "encore/gguf.h"
 #include "gguf/internal.h"
@@ -40,12 +43,18 @@ class Storage {
   // Heap buffer of exactly `size` bytes, 64-byte aligned (so tensor data at
   // aligned file offsets is aligned in memory too). The exact size lets
   // AddressSanitizer catch reads past the end of the image.
+  // A large image is 2 MiB aligned and advised to use transparent huge
+  // pages: 512 times fewer page faults while reading it, and fewer TLB
+  // misses while the weights stream through the kernels (speed only).
   static std::unique_ptr<Storage> heap(uint64_t size, const std::string& path) {
     void* p = nullptr;
-    if (size > SIZE_MAX || ::posix_memalign(&p, 64, size ? size : 1) != 0) {
+    const bool large = size >= kHugeFrom;
+    if (size > SIZE_MAX || ::posix_memalign(&p, large ? kHugePage : 64, size ? size : 1) != 0) {
       throw GgufError(fmt::format(
           "{}: not enough memory to read {} bytes; load it with mmap instead", path, size));
     }
+    // Only advice: where the kernel has no huge pages the image is read as before.
+    if (large) ::madvise(p, size / kHugePage * kHugePage, MADV_HUGEPAGE);
     auto s = std::make_unique<Storage>();
     s->data_ = static_cast<const uint8_t*>(p);
     s->size_ = size;
@@ -65,6 +74,9 @@ class Storage {
     return s;
   }
 
+  static constexpr uint64_t kHugePage = uint64_t{2} << 20;
+  static constexpr uint64_t kHugeFrom = uint64_t{64} << 20;
+
   uint8_t* writable() { return const_cast<uint8_t*>(data_); }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
 
@@ -80,20 +92,48 @@ struct FdCloser {
   ~FdCloser() { ::close(fd); }
 };
 
-// Reads bytes [done, size) of the file into dst + done.
-void read_fully(int fd, uint8_t* dst, uint64_t done, uint64_t size, const std::string& path) {
-  while (done < size) {
-    const size_t chunk = std::min<uint64_t>(size - done, uint64_t{1} << 30);
-    const ssize_t r = ::read(fd, dst + done, chunk);
+// Reads bytes [begin, end) of the file into dst + begin.
+void pread_fully(int fd, uint8_t* dst, uint64_t begin, uint64_t end, const std::string& path) {
+  for (uint64_t done = begin; done < end;) {
+    const size_t chunk = std::min<uint64_t>(end - done, uint64_t{1} << 30);
+    const ssize_t r = ::pread(fd, dst + done, chunk, static_cast<off_t>(done));
     if (r < 0) {
       if (errno == EINTR) continue;
       throw GgufError(fmt::format("{}: read failed at byte {}: {}", path, done, errno_text(errno)));
     }
     if (r == 0) {
       throw GgufError(fmt::format(
-          "{}: the file shrank while being read (expected {} bytes, got {})", path, size, done));
+          "{}: the file shrank while being read (expected {} bytes, got {})", path, end, done));
     }
     done += static_cast<uint64_t>(r);
+  }
+}
+
+// pread_fully in up to 8 pieces of at least 64 MiB on their own threads:
+// faulting in the fresh buffer and copying from the page cache is CPU work
+// that one thread does at ~1-2 GB/s, far below what the memory allows.
+void read_parallel(int fd, uint8_t* dst, uint64_t begin, uint64_t end, const std::string& path) {
+  const uint64_t piece_min = uint64_t{64} << 20;
+  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t n =
+      std::clamp<uint64_t>((end - begin) / piece_min, 1, std::min<uint64_t>(8, cores));
+  if (n == 1) return pread_fully(fd, dst, begin, end, path);
+  const uint64_t piece = (end - begin + n - 1) / n;
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t b = begin + i * piece, e = std::min(end, b + piece);
+    threads.emplace_back([&, i, b, e] {
+      try {
+        pread_fully(fd, dst, b, e, path);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
   }
 }
 
@@ -220,11 +260,11 @@ File File::open(const std::string& path, LoadMode mode) {
       // files are left to the parser, which reports them as truncated.
       uint8_t header[8];
       const uint64_t head = std::min<uint64_t>(size, sizeof header);
-      read_fully(fd, header, 0, head, path);
+      pread_fully(fd, header, 0, head, path);
       if (head == sizeof header) detail::check_magic_and_version(header, path);
       storage = Storage::heap(size, path);
       if (head > 0) std::memcpy(storage->writable(), header, head);
-      read_fully(fd, storage->writable(), head, size, path);
+      read_parallel(fd, storage->writable(), head, size, path);
       // A write while reading may have torn the image; then the stamp does
       // not describe it and must not be used to cache anything about it.
       struct stat after;

@@ -1,10 +1,13 @@
 #include "kernels/probe.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -53,7 +56,17 @@ float fma_loop_scalar(int64_t iters) {
 
 double measure_read_bandwidth(ThreadPool& threads, size_t bytes) {
   const size_t n = std::max<size_t>(bytes / sizeof(uint64_t), 1024);
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
+  // On transparent huge pages where the kernel offers them, as the weights
+  // read into memory are (gguf's Storage::heap): the probe measures the
+  // memory the kernels stream from, not page walks.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t size = (n * sizeof(uint64_t) + kHugePage - 1) / kHugePage * kHugePage;
+  void* mem = nullptr;
+  if (posix_memalign(&mem, kHugePage, size) != 0) throw std::bad_alloc();
+  madvise(mem, size, MADV_HUGEPAGE);  // advice only
+  const std::unique_ptr<uint64_t, decltype(&std::free)> owner(static_cast<uint64_t*>(mem),
+                                                              &std::free);
+  uint64_t* const buf = owner.get();
   // Touch every page from the threads that will read it (first-touch NUMA
   // placement) with non-zero data, so no read hits a shared zero page.
   threads.parallel_for(static_cast<int64_t>(n), [&](int64_t b, int64_t e, int) {
