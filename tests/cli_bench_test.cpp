@@ -2,6 +2,7 @@
 // -b) end to end.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -44,6 +45,38 @@ TEST(CliBench, TableAndBadFlags) {
   const CliResult bad = run_encore({"bench", "-m", model, "--isa", "sse9"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("scalar, avx2 or avx512"), std::string::npos) << bad.err;
+}
+
+// --types: one synthesised model per type, a row each (the mixes included),
+// the models removed afterwards; a bad type is named.
+TEST(CliBench, TypesTableSynthesisesAndRemovesEachModel) {
+  TempDir dir;
+  const CliResult r = run_encore({"bench", "--synth", "tiny", "--types", "Q8_0,Q4_K_M,BF16", "-t",
+                                  "2", "-p", "16", "-n", "2", "--batch", "4", "--bw-mib", "16",
+                                  "--synth-dir", dir.path.string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 3u) << r.out;
+  const char* types[] = {"Q8_0", "Q4_K_M", "BF16"};
+  for (size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& row = j["rows"][i];
+    EXPECT_EQ(row["type"], types[i]);
+    for (const char* key : {"file_mib", "prefill_tok_s", "decode_tok_s", "batch_tok_s",
+                            "decode_roofline_fraction", "prefill_peak_fraction"}) {
+      EXPECT_GT(row[key].get<double>(), 0.0) << types[i] << " " << key;
+    }
+  }
+  // Q4_K_M is smaller than Q8_0, BF16 larger.
+  EXPECT_LT(j["rows"][1]["file_mib"].get<double>(), j["rows"][0]["file_mib"].get<double>());
+  EXPECT_GT(j["rows"][2]["file_mib"].get<double>(), j["rows"][0]["file_mib"].get<double>());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path)) << "a synthesised model was left behind";
+  const CliResult table = run_encore({"bench", "--synth", "tiny", "--types", "Q4_0", "-p", "8",
+                                      "-n", "2", "--batch", "2", "--bw-mib", "16"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("| Q4_0 |"), std::string::npos) << table.out;
+  const CliResult bad = run_encore({"bench", "--synth", "tiny", "--types", "Q3_X"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown --type 'Q3_X'"), std::string::npos) << bad.err;
 }
 
 // Outputs are identical for every ISA and prefill chunk size, and --kv-type

@@ -68,6 +68,12 @@ struct SynthOptions {
   float rope_scaling_factor = 0.0f;
 };
 
+// Sets options.type and options.k_m_mix from a type name as `encore synth
+// --type` takes it: a DType name (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K
+// Q5_K Q6_K) or a mix (Q4_K_M, Q5_K_M). Throws InvalidArgument naming the
+// accepted ones.
+void set_synth_type(SynthOptions& options, const std::string& name);
+
 // Preset names: the default "tiny" and its per-architecture siblings
 // "tiny-qwen2", "tiny-qwen3" and "tiny-llama3" (under 3M parameters, for
 // tests), then real shapes by size: "125m", "qwen3-0.6b" (Qwen3-0.6B), "1b"

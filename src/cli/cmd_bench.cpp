@@ -3,6 +3,9 @@
 // the engine's throughput and prefix cache (include/encore/bench.h).
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,33 +15,152 @@
 #include "encore/bench.h"
 #include "encore/engine.h"
 #include "encore/error.h"
+#include "encore/synth.h"
+#include "encore/thread_pool.h"
 
 namespace encore::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model;
+  std::vector<std::string> models;
+  std::string synth_preset = "1b";  // with types: synthesise one model per type
+  std::vector<std::string> types;   // synth type names (Q4_0, Q4_K_M, ...)
+  std::string synth_dir;            // where those models are written (and removed)
   BenchOptions bench;
   EngineFlags engine;
   bool json = false;
 };
 
+// One row of the table of several models: the speed measures only (the
+// engine's throughput, prefix and session measures are for one model).
+struct TypeRow {
+  std::string label;  // the type, or the model's file name
+  uint64_t file_bytes = 0;
+  BenchReport r;
+  // The compute peak prefill is held against: FMA for float weights, int8
+  // for quantised ones, the larger for a model of unknown type (-m).
+  double peak = 0;
+};
+
+TypeRow bench_one(const std::string& label, const std::string& path, const BenchArgs& a) {
+  EngineOptions eo = engine_options(path, a.engine, false);
+  eo.log = nullptr;
+  const std::unique_ptr<Engine> engine = Engine::open(eo);
+  BenchOptions o = a.bench;
+  o.n_requests = 0;
+  o.n_prefix = 0;
+  o.state_dir.clear();
+  o.redis_url.clear();
+  if (!a.json) fmt::print(stderr, "bench: {} ...\n", label);
+  return {label, std::filesystem::file_size(path), encore::run_bench(*engine, o)};
+}
+
+// `--types` / several `-m`: one model after another, a table (or a JSON
+// object with a row per model) of load, prefill, decode and batched decode
+// against the machine's peaks measured alongside each.
+void run_table(const BenchArgs& a) {
+  std::vector<TypeRow> rows;
+  if (!a.types.empty()) {
+    const std::filesystem::path dir = a.synth_dir.empty() ? std::filesystem::temp_directory_path()
+                                                          : std::filesystem::path(a.synth_dir);
+    ThreadPool pool(a.engine.threads > 0 ? a.engine.threads : default_threads());
+    for (const std::string& t : a.types) {
+      SynthOptions so;
+      so.preset = a.synth_preset;
+      set_synth_type(so, t);
+      const std::string path =
+          (dir / fmt::format("encore-bench-{}-{}-{}.gguf", getpid(), a.synth_preset, t)).string();
+      // The model is removed however its row ends.
+      struct Remove {
+        std::string p;
+        ~Remove() {
+          std::error_code ec;
+          std::filesystem::remove(p, ec);
+        }
+      } remove{path};
+      if (!a.json) fmt::print(stderr, "bench: synthesising {} {} ...\n", a.synth_preset, t);
+      synth_model(so, path, pool);
+      TypeRow row = bench_one(t, path, a);
+      const bool float_weights =
+          so.type == DType::F32 || so.type == DType::F16 || so.type == DType::BF16;
+      row.peak = float_weights ? row.r.peak_fma_gflops : row.r.peak_int8_gops;
+      rows.push_back(std::move(row));
+    }
+  } else {
+    for (const std::string& m : a.models) {
+      TypeRow row = bench_one(std::filesystem::path(m).filename().string(), m, a);
+      row.peak = std::max(row.r.peak_fma_gflops, row.r.peak_int8_gops);
+      rows.push_back(std::move(row));
+    }
+  }
+  const BenchOptions& o = a.bench;
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["threads"] = a.engine.threads;
+    j["prefill_tokens"] = o.n_prompt;
+    j["decode_batch"] = o.n_batch;
+    j["rows"] = nlohmann::ordered_json::array();
+    for (const TypeRow& row : rows) {
+      const BenchReport& r = row.r;
+      j["rows"].push_back({{"type", row.label},
+                           {"file_mib", row.file_bytes / 1048576.0},
+                           {"load_ms", r.load_ms},
+                           {"prefill_tok_s", r.prefill_tok_s},
+                           {"prefill_peak_fraction", r.prefill_gops / row.peak},
+                           {"decode_tok_s", r.decode_tok_s},
+                           {"decode_roofline_fraction", r.decode_tok_s / r.roofline_tok_s},
+                           {"batch_tok_s", r.batch_tok_s},
+                           {"batch_speedup", r.batch_tok_s / r.decode_tok_s},
+                           {"bandwidth_gb_s", r.bandwidth_gb_s},
+                           {"roofline_tok_s", r.roofline_tok_s},
+                           {"peak_fma_gflops", r.peak_fma_gflops},
+                           {"peak_int8_gops", r.peak_int8_gops}});
+    }
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print(
+      "| type | MiB | load ms | prefill {} tok/s | % of peak | decode tok/s | % of roofline "
+      "| {} streams tok/s | x batch 1 |\n",
+      o.n_prompt, o.n_batch);
+  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  for (const TypeRow& row : rows) {
+    const BenchReport& r = row.r;
+    fmt::print(
+        "| {} | {:.0f} | {:.0f} | {:.1f} | {:.0f} % | {:.2f} | {:.0f} % | {:.2f} | {:.2f} |\n",
+        row.label, row.file_bytes / 1048576.0, r.load_ms, r.prefill_tok_s,
+        100.0 * r.prefill_gops / row.peak, r.decode_tok_s,
+        100.0 * r.decode_tok_s / r.roofline_tok_s, r.batch_tok_s, r.batch_tok_s / r.decode_tok_s);
+  }
+  if (!rows.empty()) {
+    const BenchReport& r = rows.back().r;
+    fmt::print(
+        "\nread bandwidth {:.1f} GB/s, peak FMA {:.0f} GFLOP/s, peak int8 {:.0f} GOP/s "
+        "(measured with the last row); % of peak: int8 for the quantised types, FMA for "
+        "F16/BF16/F32\n",
+        r.bandwidth_gb_s, r.peak_fma_gflops, r.peak_int8_gops);
+  }
+}
+
 void run_bench(const BenchArgs& a) {
-  EngineOptions eo = engine_options(a.model, a.engine, false);
+  if (!a.types.empty() || a.models.size() > 1) return run_table(a);
+  if (a.models.empty()) throw InvalidArgument("encore bench: give a model (-m) or --types");
+  const std::string& model = a.models.front();
+  EngineOptions eo = engine_options(model, a.engine, false);
   eo.log = nullptr;
   const std::unique_ptr<Engine> engine = Engine::open(eo);
   const EngineInfo& info = engine->info();
   const BenchOptions& o = a.bench;
   if (!a.json) {
     fmt::print(stderr, "bench: {} ({}, loaded in {:.0f} ms), {} threads, {} kernels, KV {}\n",
-               a.model, info.mmap ? "mmap" : "read into memory", info.load_seconds * 1e3,
+               model, info.mmap ? "mmap" : "read into memory", info.load_seconds * 1e3,
                info.threads, isa_name(info.isa), dtype_name(info.kv_type));
   }
   const BenchReport r = encore::run_bench(*engine, o);
   const double peak = std::max(r.peak_fma_gflops, r.peak_int8_gops);
   if (a.json) {
     nlohmann::ordered_json j;
-    j["model"] = a.model;
+    j["model"] = model;
     j["threads"] = info.threads;
     j["isa"] = isa_name(info.isa);
     j["kv_type"] = dtype_name(info.kv_type);
@@ -137,7 +259,17 @@ void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* sub = app.add_subcommand(
       "bench", "Measure prefill/decode speed against this machine's bandwidth and compute peak");
-  sub->add_option("-m,--model", args->model, "Model .gguf")->required();
+  sub->add_option("-m,--model", args->models,
+                  "Model .gguf (several: a table of their speeds, one row each)");
+  sub->add_option("--types", args->types,
+                  "A table over these types (e.g. Q8_0,Q4_0,Q4_K_M,F16), each model made by "
+                  "`encore synth --preset` --synth")
+      ->delimiter(',');
+  sub->add_option("--synth", args->synth_preset, "The synth preset of --types")
+      ->capture_default_str();
+  sub->add_option("--synth-dir", args->synth_dir,
+                  "Where the --types models are written, one at a time (default: the temp folder)")
+      ->type_name("DIR");
   add_engine_flags(sub, args->engine, kComputeFlags);
   sub->add_option("-p,--n-prompt", args->bench.n_prompt, "Prefill length in tokens")
       ->check(CLI::Range(1, 1 << 16));
@@ -165,7 +297,12 @@ void add_bench_command(CLI::App& app) {
   sub->add_option("--session-tokens", args->bench.n_session, "Length of that session")
       ->check(CLI::Range(16, 1 << 20));
   sub->add_flag("--json", args->json, "Print one JSON object");
-  sub->callback([args] { run_bench(*args); });
+  sub->callback([args] {
+    if (!args->types.empty() && !args->models.empty()) {
+      throw InvalidArgument("encore bench: --types makes its own models; leave -m out");
+    }
+    run_bench(*args);
+  });
 }
 
 }  // namespace encore::cli

@@ -29,13 +29,7 @@ void run_synth(const SynthArgs& a) {
   o.preset = a.preset;
   o.vocab_from = a.vocab_from;
   o.seed = a.seed;
-  // Q4_K_M / Q5_K_M: llama-quantize's mixes of Q4_K / Q5_K with Q6_K.
-  const bool k_m = a.type == "Q4_K_M" || a.type == "Q5_K_M";
-  const std::string base = k_m ? a.type.substr(0, 4) : a.type;
-  const std::optional<DType> type = dtype_from_name(base);
-  if (!type) throw InvalidArgument(fmt::format("encore synth: unknown --type '{}'", a.type));
-  o.type = *type;
-  o.k_m_mix = k_m;
+  set_synth_type(o, a.type);
   ThreadPool pool(a.threads > 0 ? a.threads : default_threads());
   const auto start = std::chrono::steady_clock::now();
   const SynthSummary s = synth_model(o, a.out, pool);
@@ -45,7 +39,7 @@ void run_synth(const SynthArgs& a) {
       "wrote {}: arch {}, preset {}, type {}, {:.1f}M parameters, {:.1f} MiB, vocab {} ({}), "
       "dim {}, {} layers, {} heads / {} KV heads, FFN {}, context {}, seed {} ({:.2f} s)\n"
       "note: the weights are random; text generated from this model is noise\n",
-      a.out, s.shape.arch, s.shape.preset, k_m ? a.type : std::string(dtype_name(o.type)),
+      a.out, s.shape.arch, s.shape.preset, o.k_m_mix ? a.type : std::string(dtype_name(o.type)),
       s.n_params / 1e6, s.file_bytes / 1048576.0, s.shape.n_vocab,
       a.vocab_from.empty() ? "built-in" : a.vocab_from, s.shape.n_embd, s.shape.n_layer,
       s.shape.n_head, s.shape.n_head_kv, s.shape.n_ff, s.shape.n_ctx, o.seed, secs);

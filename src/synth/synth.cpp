@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include "encore/error.h"
@@ -180,6 +181,20 @@ const std::vector<std::string>& synth_archs() {
 }
 
 }  // namespace
+
+void set_synth_type(SynthOptions& options, const std::string& name) {
+  // Q4_K_M / Q5_K_M: llama-quantize's mixes of Q4_K / Q5_K with Q6_K.
+  const bool k_m = name == "Q4_K_M" || name == "Q5_K_M";
+  const std::optional<DType> type = dtype_from_name(k_m ? name.substr(0, 4) : name);
+  if (!type || !dtype_info(*type).can_dequantize) {
+    throw InvalidArgument(fmt::format(
+        "encore synth: unknown --type '{}' (use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+        "Q4_K, Q5_K, Q6_K, Q4_K_M or Q5_K_M)",
+        name));
+  }
+  options.type = *type;
+  options.k_m_mix = k_m;
+}
 
 std::vector<std::string> synth_presets() {
   return {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-llama3",
