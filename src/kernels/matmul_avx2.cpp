@@ -88,6 +88,37 @@ inline float half(const uint8_t* p) {
   return _cvtsh_ss(h);  // exact (a NaN scale only ever yields a NaN output)
 }
 
+// The unsigned values u = w + bias of a 32-value block (layout in
+// LegacyBlock): nibbles in value order, plus bit j of qh as bit 4 of value j
+// (byte j takes qh's byte j / 8, then its bit j % 8).
+template <class B>
+inline __m256i legacy_values(const uint8_t* p) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::kQs));
+  __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0f));
+  if constexpr (B::kQh >= 0) {
+    const __m256i spread =
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    const __m256i bit_of = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+    const __m256i sel =
+        _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(rd32(p + B::kQh))), spread);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(sel, bit_of), bit_of);
+    u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  }
+  return u;
+}
+
+// decode_scalar for the 32-value block types: w = u - bias, ws = d (twice),
+// wm = m for the types with one.
+template <class B>
+void decode_legacy(const uint8_t* src, int64_t k, int8_t* w, float* ws, float* wm) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* p = src + b * B::kBytes;
+    store32(w + 32 * b, _mm256_sub_epi8(legacy_values<B>(p), _mm256_set1_epi8(B::kBias)));
+    ws[2 * b] = ws[2 * b + 1] = half(p);
+    if constexpr (B::kMin >= 0) wm[b] = half(p + B::kMin);
+  }
+}
+
 void decode_avx2(DType t, const uint8_t* src, int64_t k, const DecRows& dr, int64_t r) {
   int8_t* w = dr.w + r * dr.kp;
   float* ws = dr.ws + r * (dr.kp / 16);
@@ -102,14 +133,13 @@ void decode_avx2(DType t, const uint8_t* src, int64_t k, const DecRows& dr, int6
       }
       return;
     case DType::Q4_0:
-      for (int64_t b = 0; b < k / 32; ++b) {
-        const uint8_t* p = src + b * sizeof(BlockQ4_0);
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
-        store32(w + 32 * b, _mm256_sub_epi8(_mm256_and_si256(both, m4), _mm256_set1_epi8(8)));
-        ws[2 * b] = ws[2 * b + 1] = half(p);
-      }
-      return;
+      return decode_legacy<LegacyBlock<DType::Q4_0>>(src, k, w, ws, wm);
+    case DType::Q4_1:
+      return decode_legacy<LegacyBlock<DType::Q4_1>>(src, k, w, ws, wm);
+    case DType::Q5_0:
+      return decode_legacy<LegacyBlock<DType::Q5_0>>(src, k, w, ws, wm);
+    case DType::Q5_1:
+      return decode_legacy<LegacyBlock<DType::Q5_1>>(src, k, w, ws, wm);
     case DType::Q4_K:
     case DType::Q5_K:
       for (int64_t b = 0; b < k / 256; ++b) {
@@ -307,13 +337,7 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   constexpr size_t kAhead = 8;  // prefetch distance in rows, as in q8_0_direct_subtile
   const int64_t ng = a.kp / kGroup, nb = k / kGroup;
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i bias = _mm256_set1_epi8(B::kBias);
-  // Bit j of qh to byte j: byte j takes qh's byte j / 8, then its bit j % 8.
-  const __m256i spread =
-      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
-  const __m256i bit_of = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
   __m256 acc[C][R][2];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
@@ -324,14 +348,7 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * B::kBytes;
       _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::kQs));
-      wv[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), m4);
-      if constexpr (B::kQh >= 0) {
-        const __m256i sel =
-            _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(rd32(p + B::kQh))), spread);
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(sel, bit_of), bit_of);
-        wv[r] = _mm256_or_si256(wv[r], _mm256_and_si256(set, bit4));
-      }
+      wv[r] = legacy_values<B>(p);
       if constexpr (B::kMin >= 0) wm[r * ng + b] = _cvtsh_ss(rd16(p + B::kMin));
       sc[r] = _mm256_set1_ps(_cvtsh_ss(rd16(p)));
     }
