@@ -74,9 +74,13 @@ TEST(CliBench, TypesTableSynthesisesAndRemovesEachModel) {
                                       "-n", "2", "--batch", "2", "--bw-mib", "16"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("| Q4_0 |"), std::string::npos) << table.out;
-  const CliResult bad = run_encore({"bench", "--synth", "tiny", "--types", "Q3_X"});
+  // A bad name is found before any model is made.
+  const CliResult bad = run_encore(
+      {"bench", "--synth", "tiny", "--types", "Q8_0,Q3_X", "--synth-dir", dir.path.string()});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("unknown --type 'Q3_X'"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find("synthesising"), std::string::npos) << bad.err;
+  EXPECT_EQ(j["threads"], 2);
 }
 
 // Outputs are identical for every ISA and prefill chunk size, and --kv-type

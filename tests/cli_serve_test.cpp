@@ -449,6 +449,26 @@ TEST_F(Serve, TimeoutsAndSlowClients) {
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+  // Pipelined: two requests in one write get two answers (the second was
+  // read along with the first and must not be lost).
+  const int pp = raw_connect(s.port());
+  ASSERT_GE(pp, 0);
+  const std::string two =
+      "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(pp, two.data(), two.size(), MSG_NOSIGNAL), static_cast<ssize_t>(two.size()));
+  timeval rtv{5, 0};
+  setsockopt(pp, SOL_SOCKET, SO_RCVTIMEO, &rtv, sizeof rtv);
+  std::string got;
+  char rb[4096];
+  for (ssize_t n; (n = recv(pp, rb, sizeof rb, 0)) > 0;) got.append(rb, static_cast<size_t>(n));
+  close(pp);
+  size_t answers = 0;
+  for (size_t at = got.find("HTTP/1.1 200"); at != std::string::npos;
+       at = got.find("HTTP/1.1 200", at + 1)) {
+    ++answers;
+  }
+  EXPECT_EQ(answers, 2u) << got;
 }
 
 TEST_F(Serve, MetricsStayValidForPromtool) {

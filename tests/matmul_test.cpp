@@ -10,12 +10,15 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "encore/dtype.h"
 #include "encore/isa.h"
 #include "encore/thread_pool.h"
+#include "kernels/fp16.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_internal.h"
 #include "kernels/quants.h"
 
 namespace encore::kernels {
@@ -119,6 +122,97 @@ TEST(Matmul, SmallBatchesEqualScalarTwin) {
           EXPECT_TRUE(same_bits(run(w, xm, m, isa), ref))
               << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
         }
+      }
+    }
+  }
+}
+
+// Weights of random block bytes (fp16 scales and mins kept finite): values
+// quantize_row never makes, such as negative Q6_K scales, Q6_K q = -32,
+// Q8_0 -128 and every bit pattern of the high bits, against the scalar twin.
+Weights random_block_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  Weights w{t, rows, cols, {}, {}};
+  const size_t row_bytes = dtype_row_bytes(t, static_cast<uint64_t>(cols));
+  w.storage.resize((row_bytes * rows + 3) / 4 + 1);
+  auto* bytes = reinterpret_cast<uint8_t*>(w.storage.data());
+  for (size_t i = 0; i < row_bytes * rows; ++i) bytes[i] = static_cast<uint8_t>(rng());
+  // Offsets of the fp16 fields in each block, and the block size.
+  std::vector<size_t> halves;
+  size_t block = 0;
+  switch (t) {
+    case DType::Q8_0:
+      block = 34, halves = {0};
+      break;
+    case DType::Q4_0:
+      block = 18, halves = {0};
+      break;
+    case DType::Q4_1:
+      block = 20, halves = {0, 2};
+      break;
+    case DType::Q5_0:
+      block = 22, halves = {0};
+      break;
+    case DType::Q5_1:
+      block = 24, halves = {0, 2};
+      break;
+    case DType::Q4_K:
+      block = 144, halves = {0, 2};
+      break;
+    case DType::Q5_K:
+      block = 176, halves = {0, 2};
+      break;
+    case DType::Q6_K:
+      block = 210, halves = {208};
+      break;
+    default:
+      break;
+  }
+  for (size_t b = 0; block > 0 && b < row_bytes * rows / block; ++b) {
+    for (size_t off : halves) {
+      const uint16_t h = f32_to_fp16(scale(rng));
+      std::memcpy(bytes + b * block + off, &h, 2);
+    }
+  }
+  w.view = WeightView{t, bytes, rows, cols, row_bytes};
+  return w;
+}
+
+TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
+  for (DType t : kTypes) {
+    if (is_float(t)) continue;
+    for (int64_t cols : cols_for(t)) {
+      const Weights w = random_block_weights(t, 9, cols, 31);
+      const auto x = make_acts(8, cols, 32);
+      for (int64_t m : {1, 2, 3, 5, 8}) {
+        const std::vector<float> xm(x.begin(), x.begin() + m * cols);
+        const auto ref = run(w, xm, m, Isa::Scalar);
+        for (Isa isa : kIsas) {
+          if (!isa_supported(isa)) continue;
+          EXPECT_TRUE(same_bits(run(w, xm, m, isa), ref))
+              << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+// The direct kernels are what decode-sized batches of every quantised type
+// run (so the tests above test them): up to 4 rows on AVX2, 8 on AVX-512.
+TEST(Matmul, EveryQuantisedTypeHasDirectDecodeKernels) {
+  for (DType t : kTypes) {
+    const bool is_int = mm::is_int_type(t);
+    if (!is_int && t != DType::F16 && t != DType::BF16) continue;
+    for (const auto& [isa, table, max_m] :
+         {std::tuple{Isa::Avx2, &mm::avx2_kernels, int64_t{4}},
+          std::tuple{Isa::Avx512, &mm::avx512_kernels, int64_t{8}}}) {
+      // (The AVX-512 table is built by AVX-512 code: only where the CPU has it.)
+      if (!isa_supported(isa)) continue;
+      const mm::IsaKernels& k = table();
+      for (int64_t m = 1; m <= max_m + 1; ++m) {
+        const bool direct = is_int ? k.has_direct(t, m) : k.has_direct_float(t, m);
+        EXPECT_EQ(direct, m <= max_m) << dtype_name(t) << " m=" << m << " " << isa_name(isa);
       }
     }
   }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -92,8 +93,10 @@ struct FdCloser {
   ~FdCloser() { ::close(fd); }
 };
 
-// Reads bytes [begin, end) of the file into dst + begin.
-void pread_fully(int fd, uint8_t* dst, uint64_t begin, uint64_t end, const std::string& path) {
+// Reads bytes [begin, end) of the file (file_size bytes in all, for the
+// message) into dst + begin.
+void pread_fully(int fd, uint8_t* dst, uint64_t begin, uint64_t end, uint64_t file_size,
+                 const std::string& path) {
   for (uint64_t done = begin; done < end;) {
     const size_t chunk = std::min<uint64_t>(end - done, uint64_t{1} << 30);
     const ssize_t r = ::pread(fd, dst + done, chunk, static_cast<off_t>(done));
@@ -102,35 +105,44 @@ void pread_fully(int fd, uint8_t* dst, uint64_t begin, uint64_t end, const std::
       throw GgufError(fmt::format("{}: read failed at byte {}: {}", path, done, errno_text(errno)));
     }
     if (r == 0) {
-      throw GgufError(fmt::format(
-          "{}: the file shrank while being read (expected {} bytes, got {})", path, end, done));
+      throw GgufError(
+          fmt::format("{}: the file shrank while being read (expected {} bytes, got {})", path,
+                      file_size, done));
     }
     done += static_cast<uint64_t>(r);
   }
 }
 
-// pread_fully in up to 8 pieces of at least 64 MiB on their own threads:
-// faulting in the fresh buffer and copying from the page cache is CPU work
-// that one thread does at ~1-2 GB/s, far below what the memory allows.
+// Bytes [begin, end) of a file of `end` bytes by pread_fully in up to 8
+// pieces of at least 64 MiB on their own threads: faulting in the fresh
+// buffer and copying from the page cache is CPU work that one thread does at
+// ~1-2 GB/s, far below what the memory allows. A piece whose thread cannot
+// start is read here (and counted in nothing: it is only slower).
 void read_parallel(int fd, uint8_t* dst, uint64_t begin, uint64_t end, const std::string& path) {
   const uint64_t piece_min = uint64_t{64} << 20;
   const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
   const uint64_t n =
       std::clamp<uint64_t>((end - begin) / piece_min, 1, std::min<uint64_t>(8, cores));
-  if (n == 1) return pread_fully(fd, dst, begin, end, path);
   const uint64_t piece = (end - begin + n - 1) / n;
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
-  for (uint64_t i = 0; i < n; ++i) {
+  auto read_piece = [&](uint64_t i) {
     const uint64_t b = begin + i * piece, e = std::min(end, b + piece);
-    threads.emplace_back([&, i, b, e] {
-      try {
-        pread_fully(fd, dst, b, e, path);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
+    try {
+      pread_fully(fd, dst, b, e, end, path);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  // Pieces 1.. on threads, piece 0 on this one.
+  for (uint64_t i = 1; i < n; ++i) {
+    try {
+      threads.emplace_back(read_piece, i);
+    } catch (const std::system_error&) {
+      read_piece(i);
+    }
   }
+  read_piece(0);
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
@@ -260,7 +272,7 @@ File File::open(const std::string& path, LoadMode mode) {
       // files are left to the parser, which reports them as truncated.
       uint8_t header[8];
       const uint64_t head = std::min<uint64_t>(size, sizeof header);
-      pread_fully(fd, header, 0, head, path);
+      pread_fully(fd, header, 0, head, size, path);
       if (head == sizeof header) detail::check_magic_and_version(header, path);
       storage = Storage::heap(size, path);
       if (head > 0) std::memcpy(storage->writable(), header, head);

@@ -384,7 +384,7 @@ void direct_tile_2x2(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
       kFns[rr - 1][cc - 1](w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c,
-                           out + c * R + r, R, wm + r * (a.kp / kGroup));
+                           out + c * R + r, R, wm != nullptr ? wm + r * (a.kp / kGroup) : nullptr);
     }
   }
 }
@@ -426,21 +426,7 @@ struct LegacySub {
 
 // Up to 4 activation rows: beyond that the 2x2 sub-tiles would read each
 // block from cache more often than decoding it once costs.
-bool has_direct_avx2(DType t, int64_t m) {
-  switch (t) {
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-      return m <= 4;
-    default:
-      return false;
-  }
-}
+bool has_direct_avx2(DType t, int64_t m) { return is_int_type(t) && m <= 4; }  // every integer type
 
 void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out, float* wm) {

@@ -276,20 +276,8 @@ constexpr std::array<std::array<DirectFn, 4>, 4> direct_table() {
 }
 
 bool has_direct_avx512(DType t, int64_t m) {
-  switch (t) {
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-      return m <= 8;
-    default:
-      return false;
-  }
-}
+  return is_int_type(t) && m <= 8;
+}  // every integer type
 
 void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                         const ActRows& a, int64_t i0, float* out, float* wm) {

@@ -18,16 +18,23 @@ using Clock = std::chrono::steady_clock;
 
 int to_ms(time_t sec, time_t usec) { return static_cast<int>(sec * 1000 + usec / 1000); }
 
-// Waits until `sock` has `events` or `ms` pass; false on timeout, error or
-// hang-up without data.
+// Waits until `sock` has `events`, or an error or hang-up (which the next
+// recv/send then reports), or `ms` pass; false on timeout.
 bool wait_for(socket_t sock, short events, int ms) {
   pollfd p{sock, events, 0};
   for (;;) {
     const int r = poll(&p, 1, std::max(ms, 0));
     if (r < 0 && errno == EINTR) continue;
-    return r > 0 && (p.revents & events) != 0;
+    return r > 0 && (p.revents & (events | POLLERR | POLLHUP | POLLNVAL)) != 0;
   }
 }
+
+// Bytes received and not yet parsed: one per connection, so that a
+// pipelined request read along with the one before it is not lost.
+struct ReadBuffer {
+  std::array<char, 4096> data{};  // [len] bytes received, [off, len) not yet read
+  size_t off = 0, len = 0;
+};
 
 void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
   sockaddr_storage a{};
@@ -48,8 +55,9 @@ void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
 // the per-read timeout and never past the request's deadline.
 class DeadlineStream final : public httplib::Stream {
  public:
-  DeadlineStream(socket_t sock, int read_ms, int write_ms, Clock::time_point deadline)
-      : sock_(sock), read_ms_(read_ms), write_ms_(write_ms), deadline_(deadline) {}
+  DeadlineStream(socket_t sock, ReadBuffer& buf, int read_ms, int write_ms,
+                 Clock::time_point deadline)
+      : sock_(sock), buf_(buf), read_ms_(read_ms), write_ms_(write_ms), deadline_(deadline) {}
 
   // A read gave up waiting: the client stalled or its request was overdue.
   bool timed_out() const { return timed_out_; }
@@ -68,25 +76,27 @@ class DeadlineStream final : public httplib::Stream {
   bool is_writable() const override { return wait_for(sock_, POLLOUT, write_ms_); }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (off_ < len_) {
-      const size_t n = std::min(size, len_ - off_);
-      std::memcpy(ptr, buf_.data() + off_, n);
-      off_ += n;
+    if (buf_.off < buf_.len) {
+      const size_t n = std::min(size, buf_.len - buf_.off);
+      std::memcpy(ptr, buf_.data.data() + buf_.off, n);
+      buf_.off += n;
       return static_cast<ssize_t>(n);
     }
     if (!is_readable()) return -1;
     // Small reads (the line reader asks for one byte) go through the buffer.
-    char* to = size < buf_.size() ? buf_.data() : ptr;
-    const size_t want = size < buf_.size() ? buf_.size() : size;
+    const bool small = size < buf_.data.size();
+    char* to = small ? buf_.data.data() : ptr;
+    const size_t want = small ? buf_.data.size() : size;
     ssize_t n;
     do {
       n = recv(sock_, to, want, 0);
     } while (n < 0 && errno == EINTR);
-    if (n <= 0 || to == ptr) return n;
-    len_ = static_cast<size_t>(n);
-    off_ = 0;
+    if (n <= 0 || !small) return n;
+    buf_.len = static_cast<size_t>(n);
+    buf_.off = 0;
     return read(ptr, size);
   }
+
   ssize_t write(const char* ptr, size_t size) override {
     if (!is_writable()) return -1;
     ssize_t n;
@@ -105,11 +115,10 @@ class DeadlineStream final : public httplib::Stream {
 
  private:
   socket_t sock_;
+  ReadBuffer& buf_;
   int read_ms_, write_ms_;
   Clock::time_point deadline_;
   mutable bool timed_out_ = false;
-  std::array<char, 4096> buf_{};  // [len_] bytes received, [off_, len_) not yet read
-  size_t off_ = 0, len_ = 0;
 };
 
 }  // namespace
@@ -118,16 +127,17 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   const int read_ms = to_ms(read_timeout_sec_, read_timeout_usec_);
   const int write_ms = to_ms(write_timeout_sec_, write_timeout_usec_);
   bool ok = false;
+  ReadBuffer buf;
   // httplib's keep-alive loop: wait for the next request in short slices so
   // that stop() is noticed, then serve it.
   for (size_t left = keep_alive_max_count_; left > 0; --left) {
     const auto idle_end = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
-    bool readable = false;
-    while (svr_sock_ != INVALID_SOCKET && Clock::now() < idle_end) {
-      if ((readable = wait_for(sock, POLLIN, 100))) break;
+    bool readable = buf.off < buf.len;  // pipelined: already here
+    while (!readable && svr_sock_ != INVALID_SOCKET && Clock::now() < idle_end) {
+      readable = wait_for(sock, POLLIN, 100);
     }
     if (!readable || svr_sock_ == INVALID_SOCKET) break;
-    DeadlineStream strm(sock, read_ms, write_ms, Clock::now() + read_deadline_);
+    DeadlineStream strm(sock, buf, read_ms, write_ms, Clock::now() + read_deadline_);
     bool closed = false;
     ok = process_request(strm, left == 1, closed, nullptr);
     if (strm.timed_out() && on_cut_off_) on_cut_off_();

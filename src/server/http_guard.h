@@ -25,7 +25,10 @@ class GuardedHttpServer : public httplib::Server {
   // after its first byte did (writing the answer is not bounded by it).
   void set_request_read_deadline(std::chrono::milliseconds d) { read_deadline_ = d; }
   // Called (on the connection's thread) for each connection closed because
-  // a request stalled or did not arrive in time. Set before listening.
+  // a started request stalled (read timeout) or was not all there by its
+  // deadline; such a client gets httplib's 400 or a closed connection. A
+  // connection that never starts a request is closed after the keep-alive
+  // timeout, uncounted. Set before listening.
   void on_cut_off(std::function<void()> f) { on_cut_off_ = std::move(f); }
 
  private:

@@ -434,6 +434,11 @@ std::unique_ptr<Server> Server::create(const ServerOptions& o) {
   if (o.max_in_flight < 1 || o.tenant_in_flight < 0 || o.max_body_bytes < 1024) {
     throw InvalidArgument("server limits: max_in_flight >= 1, tenant limit >= 0, body >= 1 KiB");
   }
+  if (o.read_timeout < std::chrono::seconds(1) || o.read_timeout > std::chrono::hours(1) ||
+      o.read_deadline < std::chrono::milliseconds(100) || o.read_deadline > std::chrono::hours(1)) {
+    throw InvalidArgument(
+        "server limits: read timeout in [1 s, 1 h], read deadline in [0.1 s, 1 h]");
+  }
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.opt = o;
