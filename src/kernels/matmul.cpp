@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "encore/thread_pool.h"
+#include "kernels/kernel_table.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/quants.h"
 
@@ -30,17 +31,6 @@ namespace {
 using mm::ActRows;
 using mm::DecRows;
 using mm::IsaKernels;
-
-const IsaKernels& kernels_for(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512:
-      return mm::avx512_kernels();
-    case Isa::Avx2:
-      return mm::avx2_kernels();
-    default:
-      return mm::scalar_kernels();
-  }
-}
 
 // Every NaN leaves as the one quiet NaN (see matmul_internal.h).
 inline float canon(float v) { return std::isnan(v) ? std::bit_cast<float>(mm::kCanonNanBits) : v; }
@@ -228,7 +218,7 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool
     return;
   }
   assert(isa_supported(isa));
-  const IsaKernels& kt = kernels_for(isa);
+  const IsaKernels& kt = *kernel_table(isa).matmul;
   if (mm::is_int_type(w.type)) {
     matmul_int(w, x, y, m, pool, kt);
   } else {

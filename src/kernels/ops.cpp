@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/canonical.h"
+#include "kernels/kernel_table.h"
 #include "kernels/ops.h"
 #include "kernels/ops_math.h"
 #include "kernels/ops_simd.h"
@@ -17,14 +18,7 @@ namespace encore::kernels {
 // scale = 1 / sqrt(mean + eps) (each op correctly rounded);
 // out[i] = (x[i] * scale) * w[i].
 void rmsnorm(float* out, const float* x, const float* w, int64_t n, float eps, Isa isa) {
-  switch (isa) {
-    case Isa::Avx512:
-      return avx512::rmsnorm(out, x, w, n, eps);
-    case Isa::Avx2:
-      return avx2::rmsnorm(out, x, w, n, eps);
-    case Isa::Scalar:
-      break;
-  }
+  if (const auto f = kernel_table(isa).rmsnorm) return f(out, x, w, n, eps);
   const float sum_sq = dot_canonical(x, x, n);
   const float mean = sum_sq / static_cast<float>(n);
   const float scale = 1.0f / std::sqrt(mean + eps);
@@ -41,26 +35,12 @@ float silu(float x) { return silu_ref(x); }
 
 void exp_shifted(float* y, const float* x, float m, int64_t n, Isa isa) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
-  switch (isa) {
-    case Isa::Avx512:
-      return avx512::exp_n(y, y, n);
-    case Isa::Avx2:
-      return avx2::exp_n(y, y, n);
-    case Isa::Scalar:
-      break;
-  }
+  if (const auto f = kernel_table(isa).exp_n) return f(y, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = exp_f32_ref(y[i]);
 }
 
 void swiglu(float* out, const float* gate, const float* up, int64_t n, Isa isa) {
-  switch (isa) {
-    case Isa::Avx512:
-      return avx512::swiglu(out, gate, up, n);
-    case Isa::Avx2:
-      return avx2::swiglu(out, gate, up, n);
-    case Isa::Scalar:
-      break;
-  }
+  if (const auto f = kernel_table(isa).swiglu) return f(out, gate, up, n);
   for (int64_t i = 0; i < n; ++i) out[i] = silu_ref(gate[i]) * up[i];
 }
 

@@ -19,6 +19,7 @@
 
 #include "kernels/canonical.h"
 #include "kernels/fp16.h"
+#include "kernels/kernel_table.h"
 #include "kernels/ops.h"
 #include "kernels/ops_math.h"
 #include "kernels/ops_simd.h"
@@ -130,18 +131,6 @@ void attention_simd(const AttnKernels& kk, const float* q, int n_heads, const Pa
   }
 }
 
-const AttnKernels* simd_kernels(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512:
-      return &avx512::kAttn;
-    case Isa::Avx2:
-      return &avx2::kAttn;
-    case Isa::Scalar:
-      break;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 void attention_head(const float* q, const PagedKv& kv, int kv_head, int64_t n_kv, int head_dim,
@@ -155,7 +144,7 @@ void attention_gqa(const float* q, int n_q_heads, const PagedKv& kv, int kv_head
     std::fill(out, out + static_cast<int64_t>(n_q_heads) * head_dim, 0.0f);
     return;
   }
-  if (const AttnKernels* kk = simd_kernels(isa)) {
+  if (const AttnKernels* kk = kernel_table(isa).attn) {
     attention_simd(*kk, q, n_q_heads, kv, kv_head, n_kv, head_dim, scale, scores, out);
     return;
   }

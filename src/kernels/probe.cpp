@@ -13,6 +13,7 @@
 #include <new>
 
 #include "encore/thread_pool.h"
+#include "kernels/kernel_table.h"
 #include "kernels/probe_internal.h"
 
 namespace encore::kernels {
@@ -41,9 +42,13 @@ double best_parallel_seconds(ThreadPool& threads, int64_t iters, Body body) {
   return best;
 }
 
+}  // namespace
+
+namespace probe_detail {
+
 float fma_loop_scalar(int64_t iters) {
-  float acc[probe_detail::kFmaChains];
-  for (int c = 0; c < probe_detail::kFmaChains; ++c) acc[c] = static_cast<float>(c);
+  float acc[kFmaChains];
+  for (int c = 0; c < kFmaChains; ++c) acc[c] = static_cast<float>(c);
   for (int64_t i = 0; i < iters; ++i) {
     for (float& a : acc) a = std::fma(a, 0.999f, 0.001f);
   }
@@ -52,7 +57,7 @@ float fma_loop_scalar(int64_t iters) {
   return sum;
 }
 
-}  // namespace
+}  // namespace probe_detail
 
 double measure_read_bandwidth(ThreadPool& threads, size_t bytes) {
   const size_t n = std::max<size_t>(bytes / sizeof(uint64_t), 1024);
@@ -103,45 +108,21 @@ double measure_read_bandwidth(ThreadPool& threads, size_t bytes) {
 }
 
 double measure_fma_gflops(ThreadPool& threads, Isa isa) {
-  using namespace probe_detail;
+  const KernelTable& k = kernel_table(isa);
   const int64_t iters = isa == Isa::Scalar ? 2'000'000 : 10'000'000;
-  int lanes = 1;
-  double s = 0;
-  switch (isa) {
-    case Isa::Scalar:
-      s = best_parallel_seconds(threads, iters, fma_loop_scalar);
-      break;
-    case Isa::Avx2:
-      lanes = 8;
-      s = best_parallel_seconds(threads, iters, fma_loop_avx2);
-      break;
-    case Isa::Avx512:
-      lanes = 16;
-      s = best_parallel_seconds(threads, iters, fma_loop_avx512);
-      break;
-  }
-  const double flops = 2.0 * lanes * kFmaChains * static_cast<double>(iters) * threads.size();
+  const double s = best_parallel_seconds(threads, iters, k.fma_loop);
+  const double flops =
+      2.0 * k.fma_lanes * probe_detail::kFmaChains * static_cast<double>(iters) * threads.size();
   return flops / s / 1e9;
 }
 
 double measure_int8_gops(ThreadPool& threads, Isa isa) {
-  using namespace probe_detail;
+  const KernelTable& k = kernel_table(isa);
+  if (k.int8_loop == nullptr) return 0.0;
   const int64_t iters = 5'000'000;
-  int products = 0;
-  double s = 0;
-  switch (isa) {
-    case Isa::Scalar:
-      return 0.0;
-    case Isa::Avx2:
-      products = 32;
-      s = best_parallel_seconds(threads, iters, int8_loop_avx2);
-      break;
-    case Isa::Avx512:
-      products = 64;
-      s = best_parallel_seconds(threads, iters, int8_loop_avx512);
-      break;
-  }
-  const double ops = 2.0 * products * kIntChains * static_cast<double>(iters) * threads.size();
+  const double s = best_parallel_seconds(threads, iters, k.int8_loop);
+  const double ops = 2.0 * k.int8_products * probe_detail::kIntChains * static_cast<double>(iters) *
+                     threads.size();
   return ops / s / 1e9;
 }
 

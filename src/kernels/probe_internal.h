@@ -9,6 +9,7 @@ namespace encore::kernels::probe_detail {
 
 // Flops per iteration: kFmaChains * lanes * 2.
 inline constexpr int kFmaChains = 12;
+float fma_loop_scalar(int64_t iters);  // 1 lane (probe.cpp)
 float fma_loop_avx2(int64_t iters);    // 8 lanes
 float fma_loop_avx512(int64_t iters);  // 16 lanes
 // Products per iteration: kIntChains * 32 (avx2) or * 64 (avx512).
