@@ -138,38 +138,15 @@ Weights random_block_weights(DType t, int64_t rows, int64_t cols, uint32_t seed)
   w.storage.resize((row_bytes * rows + 3) / 4 + 1);
   auto* bytes = reinterpret_cast<uint8_t*>(w.storage.data());
   for (size_t i = 0; i < row_bytes * rows; ++i) bytes[i] = static_cast<uint8_t>(rng());
-  // Offsets of the fp16 fields in each block, and the block size.
-  std::vector<size_t> halves;
-  size_t block = 0;
-  switch (t) {
-    case DType::Q8_0:
-      block = 34, halves = {0};
-      break;
-    case DType::Q4_0:
-      block = 18, halves = {0};
-      break;
-    case DType::Q4_1:
-      block = 20, halves = {0, 2};
-      break;
-    case DType::Q5_0:
-      block = 22, halves = {0};
-      break;
-    case DType::Q5_1:
-      block = 24, halves = {0, 2};
-      break;
-    case DType::Q4_K:
-      block = 144, halves = {0, 2};
-      break;
-    case DType::Q5_K:
-      block = 176, halves = {0, 2};
-      break;
-    case DType::Q6_K:
-      block = 210, halves = {208};
-      break;
-    default:
-      break;
+  // Offsets of the fp16 fields (d, and m / dmin where there is one) in each block.
+  const size_t block = dtype_info(t).block_bytes;
+  std::vector<size_t> halves = {0};
+  if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) {
+    halves = {0, 2};
+  } else if (t == DType::Q6_K) {
+    halves = {208};
   }
-  for (size_t b = 0; block > 0 && b < row_bytes * rows / block; ++b) {
+  for (size_t b = 0; b < row_bytes * rows / block; ++b) {
     for (size_t off : halves) {
       const uint16_t h = f32_to_fp16(scale(rng));
       std::memcpy(bytes + b * block + off, &h, 2);

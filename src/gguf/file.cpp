@@ -20,6 +20,7 @@
 
 #include "encore/gguf.h"
 #include "gguf/internal.h"
+#include "util/huge_pages.h"
 #include "util/text.h"
 
 namespace encore::gguf {
@@ -49,13 +50,17 @@ class Storage {
   // misses while the weights stream through the kernels (speed only).
   static std::unique_ptr<Storage> heap(uint64_t size, const std::string& path) {
     void* p = nullptr;
-    const bool large = size >= kHugeFrom;
-    if (size > SIZE_MAX || ::posix_memalign(&p, large ? kHugePage : 64, size ? size : 1) != 0) {
+    if (size <= SIZE_MAX) {
+      if (size >= kHugeFrom) {
+        p = util::alloc_huge_pages(size);
+      } else if (::posix_memalign(&p, 64, size ? size : 1) != 0) {
+        p = nullptr;
+      }
+    }
+    if (p == nullptr) {
       throw GgufError(fmt::format(
           "{}: not enough memory to read {} bytes; load it with mmap instead", path, size));
     }
-    // Only advice: where the kernel has no huge pages the image is read as before.
-    if (large) ::madvise(p, size / kHugePage * kHugePage, MADV_HUGEPAGE);
     auto s = std::make_unique<Storage>();
     s->data_ = static_cast<const uint8_t*>(p);
     s->size_ = size;
@@ -75,8 +80,7 @@ class Storage {
     return s;
   }
 
-  static constexpr uint64_t kHugePage = uint64_t{2} << 20;
-  static constexpr uint64_t kHugeFrom = uint64_t{64} << 20;
+  static constexpr uint64_t kHugeFrom = uint64_t{64} << 20;  // smaller images: 64-byte aligned
 
   uint8_t* writable() { return const_cast<uint8_t*>(data_); }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }

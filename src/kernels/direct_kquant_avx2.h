@@ -44,18 +44,7 @@ void q45_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const A
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * kB;
       prefetch_super_block_avx2<kB>(p, row_bytes);
-      uint64_t sc, mn;
-      unpack_k4_scales(p + 4, &sc, &mn);
-      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(rd32(p))));
-      const __m256 d = _mm256_broadcastss_ps(dm);
-      const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-      ws8[r] = _mm256_mul_ps(
-          d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
-      const __m256 mf =
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
-      // -(dmin * m): the negation is exact, so xor the sign of the product.
-      _mm256_storeu_ps(wm + r * ng + 8 * b,
-                       _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f)));
+      ws8[r] = k4_scales(p, wm + r * ng + 8 * b);
     }
     __m256 sd[C][R];
     for (int c = 0; c < C; ++c) {

@@ -46,19 +46,7 @@ void q45_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& 
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * kB;
       prefetch_super_block<kB>(p, row_bytes);
-      uint64_t sc, mn;
-      unpack_k4_scales(p + 4, &sc, &mn);
-      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(rd32(p))));
-      const __m256 d = _mm256_broadcastss_ps(dm);
-      const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-      const __m256 scf =
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-      const __m256 mf =
-          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
-      ws8[r] = _mm256_mul_ps(d, scf);
-      // -(dmin * m): the negation is exact, so xor the sign of the product.
-      _mm256_storeu_ps(wm + r * ng + 8 * b,
-                       _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f)));
+      ws8[r] = k4_scales(p, wm + r * ng + 8 * b);
       if constexpr (Q5) {
         qh[r] =
             _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cstring>
 
+#include "kernels/k4_scales_avx2.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/quants.h"
 

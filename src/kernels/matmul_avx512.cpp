@@ -18,6 +18,7 @@
 #include <array>
 #include <utility>
 
+#include "kernels/k4_scales_avx2.h"
 #include "kernels/matmul_internal.h"
 
 namespace encore::kernels::mm {

@@ -1,7 +1,5 @@
 #include "kernels/probe.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,6 +13,7 @@
 #include "encore/thread_pool.h"
 #include "kernels/kernel_table.h"
 #include "kernels/probe_internal.h"
+#include "util/huge_pages.h"
 
 namespace encore::kernels {
 namespace {
@@ -64,11 +63,10 @@ double measure_read_bandwidth(ThreadPool& threads, size_t bytes) {
   // On transparent huge pages where the kernel offers them, as the weights
   // read into memory are (gguf's Storage::heap): the probe measures the
   // memory the kernels stream from, not page walks.
-  constexpr size_t kHugePage = size_t{2} << 20;
+  using util::kHugePage;
   const size_t size = (n * sizeof(uint64_t) + kHugePage - 1) / kHugePage * kHugePage;
-  void* mem = nullptr;
-  if (posix_memalign(&mem, kHugePage, size) != 0) throw std::bad_alloc();
-  madvise(mem, size, MADV_HUGEPAGE);  // advice only
+  void* mem = util::alloc_huge_pages(size);
+  if (mem == nullptr) throw std::bad_alloc();
   const std::unique_ptr<uint64_t, decltype(&std::free)> owner(static_cast<uint64_t*>(mem),
                                                               &std::free);
   uint64_t* const buf = owner.get();

@@ -67,6 +67,11 @@ std::string Metrics::render(const EngineStats& e,
                             int64_t in_flight) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
+  // A metric of one series without labels: its HELP/TYPE header and value.
+  auto single = [&](const char* name, const char* type, const char* help, int64_t value) {
+    header(out, name, type, help);
+    out += fmt::format("{} {}\n", name, value);
+  };
   header(out, "encore_requests_total", "counter", "HTTP requests by endpoint and status code.");
   for (const auto& [key, n] : requests_) {
     out += fmt::format("encore_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
@@ -82,13 +87,12 @@ std::string Metrics::render(const EngineStats& e,
   for (const auto& [what, n] : outcomes_) {
     out += fmt::format("encore_requests_finished_total{{outcome=\"{}\"}} {}\n", what, n);
   }
-  header(out, "encore_prompt_tokens_total", "counter", "Prompt tokens of answered requests.");
-  out += fmt::format("encore_prompt_tokens_total {}\n", prompt_tokens_);
-  header(out, "encore_cached_prompt_tokens_total", "counter",
-         "Prompt tokens served from the prefix cache or the state tiers.");
-  out += fmt::format("encore_cached_prompt_tokens_total {}\n", cached_tokens_);
-  header(out, "encore_generated_tokens_total", "counter", "Generated tokens of answered requests.");
-  out += fmt::format("encore_generated_tokens_total {}\n", generated_tokens_);
+  single("encore_prompt_tokens_total", "counter", "Prompt tokens of answered requests.",
+         prompt_tokens_);
+  single("encore_cached_prompt_tokens_total", "counter",
+         "Prompt tokens served from the prefix cache or the state tiers.", cached_tokens_);
+  single("encore_generated_tokens_total", "counter", "Generated tokens of answered requests.",
+         generated_tokens_);
   auto histogram = [&](const char* name, const char* help, const Histogram& h) {
     header(out, name, "histogram", help);
     int64_t cumulative = 0;
@@ -103,36 +107,32 @@ std::string Metrics::render(const EngineStats& e,
             ttft_);
   histogram("encore_inter_token_latency_seconds", "Time between generated tokens of a stream.",
             itl_);
-  header(out, "encore_requests_in_flight", "gauge", "HTTP requests being answered.");
-  out += fmt::format("encore_requests_in_flight {}\n", in_flight);
-  header(out, "encore_queue_depth", "gauge",
-         "Requests waiting for the scheduler (preempted ones too).");
-  out += fmt::format("encore_queue_depth {}\n", e.requests_waiting);
-  header(out, "encore_running_requests", "gauge", "Requests holding KV in the scheduler.");
-  out += fmt::format("encore_running_requests {}\n", e.requests_running);
+  single("encore_requests_in_flight", "gauge", "HTTP requests being answered.", in_flight);
+  single("encore_queue_depth", "gauge", "Requests waiting for the scheduler (preempted ones too).",
+         e.requests_waiting);
+  single("encore_running_requests", "gauge", "Requests holding KV in the scheduler.",
+         e.requests_running);
   header(out, "encore_kv_blocks", "gauge", "KV cache blocks by state.");
   out += fmt::format(
       "encore_kv_blocks{{state=\"used\"}} {}\nencore_kv_blocks{{state=\"cached\"}} {}\n"
       "encore_kv_blocks{{state=\"free\"}} {}\n",
       e.kv_blocks_used, e.kv_blocks_cached, e.kv_blocks_free);
-  header(out, "encore_forward_steps_total", "counter", "Forward steps of the scheduler.");
-  out += fmt::format("encore_forward_steps_total {}\n", e.steps);
-  header(out, "encore_preemptions_total", "counter", "Requests preempted to free KV blocks.");
-  out += fmt::format("encore_preemptions_total {}\n", e.preemptions);
-  header(out, "encore_prefix_cache_lookups_total", "counter", "Prompt walks of the prefix cache.");
-  out += fmt::format("encore_prefix_cache_lookups_total {}\n", e.prefix_lookups);
-  header(out, "encore_prefix_cache_hit_blocks_total", "counter",
-         "Blocks found in the prefix cache.");
-  out += fmt::format("encore_prefix_cache_hit_blocks_total {}\n", e.prefix_hit_blocks);
-  header(out, "encore_prefix_cache_evictions_total", "counter", "Cached blocks taken back.");
-  out += fmt::format("encore_prefix_cache_evictions_total {}\n", e.prefix_evictions);
+  single("encore_forward_steps_total", "counter", "Forward steps of the scheduler.", e.steps);
+  single("encore_preemptions_total", "counter", "Requests preempted to free KV blocks.",
+         e.preemptions);
+  single("encore_prefix_cache_lookups_total", "counter", "Prompt walks of the prefix cache.",
+         e.prefix_lookups);
+  single("encore_prefix_cache_hit_blocks_total", "counter", "Blocks found in the prefix cache.",
+         e.prefix_hit_blocks);
+  single("encore_prefix_cache_evictions_total", "counter", "Cached blocks taken back.",
+         e.prefix_evictions);
   header(out, "encore_session_restores_total", "counter", "KV blocks restored, by state tier.");
   out += fmt::format(
       "encore_session_restores_total{{tier=\"disk\"}} {}\n"
       "encore_session_restores_total{{tier=\"redis\"}} {}\n",
       e.blocks_restored_disk, e.blocks_restored_redis);
-  header(out, "encore_sessions_loaded_total", "counter", "Session records continued.");
-  out += fmt::format("encore_sessions_loaded_total {}\n", e.sessions_loaded);
+  single("encore_sessions_loaded_total", "counter", "Session records continued.",
+         e.sessions_loaded);
   header(out, "encore_state_fallbacks_total", "counter",
          "Stored records that could not be used, by reason (recomputed).");
   for (const auto& [tier, c] : tiers) {
@@ -149,8 +149,8 @@ std::string Metrics::render(const EngineStats& e,
     if (tier == "redis") redis_errors += c.get_errors + c.put_errors;
   }
   out += fmt::format("encore_redis_errors_total {}\n", redis_errors);
-  header(out, "encore_seeds_drawn_total", "counter", "Requests without a seed (one was drawn).");
-  out += fmt::format("encore_seeds_drawn_total {}\n", e.seeds_drawn);
+  single("encore_seeds_drawn_total", "counter", "Requests without a seed (one was drawn).",
+         e.seeds_drawn);
   return out;
 }
 

@@ -311,16 +311,24 @@ std::unique_ptr<StoreTier> open_redis_store(const RedisStoreOptions& options) {
 }  // namespace encore
 
 namespace encore {
+namespace {
 
-std::vector<RedisRecord> list_redis_records(const std::string& url) {
-  const Url u = parse_url(url);
-  std::unique_ptr<redisContext, ContextFree> c(
-      redisConnectWithTimeout(u.host.c_str(), u.port, to_timeval(std::chrono::milliseconds(2000))));
-  if (!c || c->err) {
-    throw StoreError(fmt::format("redis {}: {}", url, c ? c->errstr : "cannot connect"));
+// A short-lived connection for the `encore cache` commands: connected (2 s),
+// with a 5 s timeout per command and the URL's database selected; a failed
+// command throws naming the URL.
+class AdminConnection {
+ public:
+  explicit AdminConnection(const std::string& url) : url_(url) {
+    const Url u = parse_url(url);
+    c_.reset(redisConnectWithTimeout(u.host.c_str(), u.port,
+                                     to_timeval(std::chrono::milliseconds(2000))));
+    if (!c_ || c_->err) {
+      throw StoreError(fmt::format("redis {}: {}", url, c_ ? c_->errstr : "cannot connect"));
+    }
+    redisSetTimeout(c_.get(), to_timeval(std::chrono::milliseconds(5000)));
+    if (u.db != 0) command({"SELECT", std::to_string(u.db)});
   }
-  redisSetTimeout(c.get(), to_timeval(std::chrono::milliseconds(5000)));
-  auto command = [&](const std::vector<std::string>& args) {
+  Reply command(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<size_t> lens;
     for (const std::string& a : args) {
@@ -328,17 +336,26 @@ std::vector<RedisRecord> list_redis_records(const std::string& url) {
       lens.push_back(a.size());
     }
     Reply r(static_cast<redisReply*>(
-        redisCommandArgv(c.get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
+        redisCommandArgv(c_.get(), static_cast<int>(argv.size()), argv.data(), lens.data())));
     if (!r || r->type == REDIS_REPLY_ERROR) {
-      throw StoreError(fmt::format("redis {}: {}", url, r ? r->str : c->errstr));
+      throw StoreError(fmt::format("redis {}: {}", url_, r ? r->str : c_->errstr));
     }
     return r;
-  };
-  if (u.db != 0) command({"SELECT", std::to_string(u.db)});
+  }
+
+ private:
+  std::string url_;
+  std::unique_ptr<redisContext, ContextFree> c_;
+};
+
+}  // namespace
+
+std::vector<RedisRecord> list_redis_records(const std::string& url) {
+  AdminConnection c(url);
   std::vector<RedisRecord> out;
   std::string cursor = "0";
   do {
-    Reply r = command({"SCAN", cursor, "MATCH", "encore:v1:*", "COUNT", "1000"});
+    Reply r = c.command({"SCAN", cursor, "MATCH", "encore:v1:*", "COUNT", "1000"});
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw StoreError("redis: bad SCAN reply");
     cursor.assign(r->element[0]->str, r->element[0]->len);
     for (size_t i = 0; i < r->element[1]->elements; ++i) {
@@ -347,8 +364,8 @@ std::vector<RedisRecord> list_redis_records(const std::string& url) {
     }
   } while (cursor != "0");
   for (RedisRecord& rec : out) {
-    rec.bytes = command({"STRLEN", rec.key})->integer;
-    const long long ttl = command({"PTTL", rec.key})->integer;
+    rec.bytes = c.command({"STRLEN", rec.key})->integer;
+    const long long ttl = c.command({"PTTL", rec.key})->integer;
     rec.ttl_ms = ttl >= 0 ? ttl : -1;
   }
   std::sort(out.begin(), out.end(),
@@ -374,27 +391,9 @@ std::string redis_record_name(std::string_view key) {
 }
 
 int64_t remove_redis_records(const std::string& url, const std::vector<std::string>& keys) {
-  const Url u = parse_url(url);
-  std::unique_ptr<redisContext, ContextFree> c(
-      redisConnectWithTimeout(u.host.c_str(), u.port, to_timeval(std::chrono::milliseconds(2000))));
-  if (!c || c->err) {
-    throw StoreError(fmt::format("redis {}: {}", url, c ? c->errstr : "cannot connect"));
-  }
-  redisSetTimeout(c.get(), to_timeval(std::chrono::milliseconds(5000)));
-  if (u.db != 0) {
-    Reply r(static_cast<redisReply*>(redisCommand(c.get(), "SELECT %d", u.db)));
-    if (!r || r->type == REDIS_REPLY_ERROR) throw StoreError("redis: SELECT failed");
-  }
+  AdminConnection c(url);
   int64_t removed = 0;
-  for (const std::string& k : keys) {
-    const char* argv[] = {"DEL", k.c_str()};
-    const size_t lens[] = {3, k.size()};
-    Reply r(static_cast<redisReply*>(redisCommandArgv(c.get(), 2, argv, lens)));
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-      throw StoreError(fmt::format("redis {}: {}", url, r ? r->str : c->errstr));
-    }
-    removed += r->integer;
-  }
+  for (const std::string& k : keys) removed += c.command({"DEL", k})->integer;
   return removed;
 }
 

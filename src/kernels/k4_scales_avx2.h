@@ -1,0 +1,30 @@
+// The scales of a Q4_K/Q5_K super-block with AVX2 + F16C, shared by the
+// direct kernels of both SIMD ISAs (included by matmul_avx2.cpp and
+// matmul_avx512.cpp, which are compiled with AVX2 and F16C). Exact: the
+// same values decode computes.
+#pragma once
+
+#include <immintrin.h>
+
+#include "kernels/matmul_internal.h"
+
+namespace encore::kernels::mm {
+
+// Returns ws_j = d * sc_j for the block's 8 groups and writes
+// wm[j] = -(dmin * m_j); `block` points at its fp16 d, dmin and packed scales.
+inline __m256 k4_scales(const uint8_t* block, float* wm) {
+  uint64_t sc, mn;
+  unpack_k4_scales(block + 4, &sc, &mn);
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(rd32(block))));
+  const __m256 d = _mm256_broadcastss_ps(dm);
+  const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+  const __m256 scf =
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+  const __m256 mf =
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
+  // -(dmin * m): the negation is exact, so xor the sign of the product.
+  _mm256_storeu_ps(wm, _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f)));
+  return _mm256_mul_ps(d, scf);
+}
+
+}  // namespace encore::kernels::mm
