@@ -9,6 +9,12 @@
 //     layers (K=2048 -> 2048, 256, 256, 2048, 5632, 5632; K=5632 -> 2048),
 //     copied until they fill >= 1 GiB, so weights stream from DRAM (this
 //     CPU's L3 is far too big for a single model-sized matrix set to miss it).
+//   set "hot": one copy of those layers (tens of MB: it stays in this CPU's
+//     L3), so the kernel's arithmetic, not DRAM, sets the pace: the ceiling
+//     a decode kernel could reach with unlimited bandwidth.
+//   set "hot": one 2048 x 2048 matrix, which stays in the L2 caches of two
+//     cores, so the kernel's arithmetic, not DRAM, sets the pace: the
+//     ceiling a decode kernel could reach with unlimited bandwidth.
 //   set "output": the 32000 x 2048 output matrix, copied the same way.
 //   set "gate1": one 5632 x 2048 matrix (m = 512 only: compute-bound).
 // Counters: GB/s of weight bytes read, %bw (that against BM_ReadBandwidth of
@@ -51,6 +57,7 @@ const std::vector<Shape> kLayer = {{2048, 2048}, {256, 2048},  {256, 2048}, {204
                                    {5632, 2048}, {5632, 2048}, {2048, 5632}};
 const std::vector<Shape> kOutput = {{32000, 2048}};
 const std::vector<Shape> kGate = {{5632, 2048}};
+const std::vector<Shape> kHot = {{2048, 2048}};
 
 // A set of weight matrices in one buffer, repeated to at least min_bytes.
 struct MatrixSet {
@@ -224,10 +231,9 @@ int main(int argc, char** argv) {
       const char* name;
       int64_t min_bytes;
     };
-    const Case cases[] = {{1, &kLayer, "layers", kGiB},
-                          {8, &kLayer, "layers", kGiB},
-                          {1, &kOutput, "output", kGiB},
-                          {512, &kGate, "gate1", 0}};
+    const Case cases[] = {{1, &kLayer, "layers", kGiB},  {1, &kHot, "hot", 0},
+                          {1, &kLayer, "hot", 0},        {8, &kLayer, "layers", kGiB},
+                          {1, &kOutput, "output", kGiB}, {512, &kGate, "gate1", 0}};
     for (const Case& c : cases) {
       for (Isa isa : isas) {
         if (isa == Isa::Scalar && c.m != 1) continue;  // far too slow to be worth timing

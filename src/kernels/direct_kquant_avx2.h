@@ -18,9 +18,6 @@ inline void prefetch_super_block_avx2(const uint8_t* p, size_t row_bytes) {
   if constexpr (kB > 192) _mm_prefetch(ahead + kB - 1, _MM_HINT_T0);
 }
 
-// Lane i of v in every lane.
-inline __m256 lane(__m256 v, int i) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i)); }
-
 // Q4_K and Q5_K: ws_j = d * sc_j and wm_j = -(dmin * m_j) as decode computes
 // them (exact products); chunk c (32 bytes) gives group 2c (low nibbles) and
 // 2c + 1 (high nibbles); Q5_K adds bit 2c / 2c + 1 of qh[l] as bit 4. The
@@ -46,10 +43,11 @@ void q45_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const A
       prefetch_super_block_avx2<kB>(p, row_bytes);
       ws8[r] = k4_scales(p, wm + r * ng + 8 * b);
     }
-    __m256 sd[C][R];
+    // The products, broadcast from memory per group (a load, no shuffle).
+    alignas(32) float sd[C][R][8];
     for (int c = 0; c < C; ++c) {
       const __m256 da8 = _mm256_loadu_ps(a.d + (i0 + c) * ng + 8 * b);
-      for (int r = 0; r < R; ++r) sd[c][r] = _mm256_mul_ps(ws8[r], da8);
+      for (int r = 0; r < R; ++r) _mm256_store_ps(sd[c][r], _mm256_mul_ps(ws8[r], da8));
     }
     for (int ch = 0; ch < 4; ++ch) {
       __m256i wlo[R], whi[R];
@@ -78,8 +76,9 @@ void q45_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const A
               _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wlo[r], qlo), ones));
           const __m256 phi =
               _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(whi[r], qhi), ones));
-          acc[c][r][0] = _mm256_fmadd_ps(plo, lane(sd[c][r], 2 * ch), acc[c][r][0]);
-          acc[c][r][1] = _mm256_fmadd_ps(phi, lane(sd[c][r], 2 * ch + 1), acc[c][r][1]);
+          acc[c][r][0] = _mm256_fmadd_ps(plo, _mm256_broadcast_ss(&sd[c][r][2 * ch]), acc[c][r][0]);
+          acc[c][r][1] =
+              _mm256_fmadd_ps(phi, _mm256_broadcast_ss(&sd[c][r][2 * ch + 1]), acc[c][r][1]);
         }
       }
     }

@@ -52,12 +52,18 @@ void prefetch_row(const WeightView& w, int64_t row, int64_t end) {
 
 int64_t rows_per_block(int64_t m) { return m <= 8 ? 4 : 16; }
 
+// Output rows are split between threads in whole register tiles, one
+// contiguous range per thread (each thread then streams one run of rows;
+// four claimable chunks per thread measured 3-6 % slower at decode).
 void run_parallel(int64_t rows, int64_t work, ThreadPool* pool, const ThreadPool::RangeFn& fn) {
   if (pool == nullptr || pool->size() == 1 || work < kMinParallelWork) {
     fn(0, rows, 0);
-  } else {
-    pool->parallel_for(rows, fn);
+    return;
   }
+  const int64_t tiles = (rows + mm::kMaxTileR - 1) / mm::kMaxTileR;
+  pool->parallel_for(tiles, [&](int64_t t0, int64_t t1, int thread) {
+    fn(t0 * mm::kMaxTileR, std::min(rows, t1 * mm::kMaxTileR), thread);
+  });
 }
 
 void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,

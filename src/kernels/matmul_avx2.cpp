@@ -10,10 +10,11 @@
 // which keeps every pair below 2 * 128 * 127 = 32512.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
-#include "kernels/k4_scales_avx2.h"
+#include "kernels/block_scales_avx2.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/quants.h"
 
@@ -331,7 +332,9 @@ void q8_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const Ac
 // the unsigned values u = w + bias (<= 31) are the u8 side of maddubs as
 // they are, and bias * sum(q) of each pair is taken off in int16 (both sides
 // <= 2 * 31 * 127, so nothing saturates), which leaves exactly the canonical
-// p. Types with a min write wm[r][b] = m.
+// p. The scale products fl(d * da) are made eight blocks at a time (one
+// vcvtph2ps and one multiply per row and activation row) and each block's
+// is broadcast from there by a load. Types with a min write wm[r][b] = m.
 template <int R, int C, class B>
 void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
                            int64_t i0, float* out, int ldo, float* wm) {
@@ -342,28 +345,45 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   __m256 acc[C][R][2];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int h = static_cast<int>(b % 2);
+  alignas(32) float sc[R][C][8];  // fl(d * da) of blocks b8 + [0, 8)
+  auto block = [&](int64_t b, int j) {
+    const int h = j % 2;
     __m256i wv[R];
-    __m256 sc[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * B::kBytes;
       _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
       wv[r] = legacy_values<B>(p);
-      if constexpr (B::kMin >= 0) wm[r * ng + b] = _cvtsh_ss(rd16(p + B::kMin));
-      sc[r] = _mm256_set1_ps(_cvtsh_ss(rd16(p)));
     }
     for (int c = 0; c < C; ++c) {
       const __m256i qv =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * b));
       const __m256i base = B::kBias != 0 ? _mm256_maddubs_epi16(bias, qv) : _mm256_setzero_si256();
-      const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + b);
       for (int r = 0; r < R; ++r) {
         __m256i p16 = _mm256_maddubs_epi16(wv[r], qv);
         if (B::kBias != 0) p16 = _mm256_sub_epi16(p16, base);
         const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
+        acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_broadcast_ss(&sc[r][c][j]), acc[c][r][h]);
       }
+    }
+  };
+  // ng is a multiple of 8 (kPadTo), so eight activation scales from b8 exist.
+  for (int64_t b8 = 0; b8 < nb; b8 += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - b8));
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b8 * B::kBytes;
+      const __m256 d = halves8(p, B::kBytes, n);
+      for (int c = 0; c < C; ++c) {
+        _mm256_store_ps(sc[r][c], _mm256_mul_ps(d, _mm256_loadu_ps(a.d + (i0 + c) * ng + b8)));
+      }
+      // Blocks past nb write m = +0: those wm entries are padding (zero).
+      if constexpr (B::kMin >= 0) {
+        _mm256_storeu_ps(wm + r * ng + b8, halves8(p + B::kMin, B::kBytes, n));
+      }
+    }
+    if (n == 8) {
+      for (int j = 0; j < 8; ++j) block(b8 + j, j);
+    } else {
+      for (int j = 0; j < n; ++j) block(b8 + j, j);
     }
   }
   for (int c = 0; c < C; ++c)

@@ -15,10 +15,11 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
-#include "kernels/k4_scales_avx2.h"
+#include "kernels/block_scales_avx2.h"
 #include "kernels/matmul_internal.h"
 
 namespace encore::kernels::mm {
@@ -149,13 +150,21 @@ void q8_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
 
 // int_tile_t<R, C, S> for the 32-value block types Q4_0, Q4_1, Q5_0, Q5_1
 // without the decode pass (layout in LegacyBlock, matmul_internal.h). A
-// block is one group; two blocks fill a register as in q8_0_tile_t, ws lanes
-// [d(2t) x8, d(2t+1) x8]. The unsigned values u = w + bias (<= 31) are the
-// u8 side of vpdpbusd as they are; with a bias the accumulator starts at
-// -bias * sum(q) per lane (once per activation register, shared by the
-// tile's weight rows): sum(u * q) - bias * sum(q) = sum(w * q), exact in
-// int32. Types with a min write wm[r][b] = m. An odd last block runs with a
-// zero upper half, whose q are the zero padding (a no-op).
+// block is one group, two blocks (a pair) fill a register. The nibbles are
+// used in the order they unpack to, 128-bit chunks [b lo, b+1 lo, b hi,
+// b+1 hi] (lo: values 0..15 of a block, hi: 16..31), and the activations
+// are put in the same order (one chunk shuffle per activation register,
+// shared by the tile's rows): each accumulator lane then holds the same
+// (group parity, lane) sequence as in int_tile_t, only at another position,
+// and the lanes are put back in canonical order before reduce16. The scale
+// products fl(d * da) are made eight blocks at a time (one vcvtph2ps and one
+// multiply per row and activation row), laid out as [d(b) da x4, d(b+1) da
+// x4] per pair, which one broadcast load turns into the pair's scale lanes.
+// The unsigned values u = w + bias (<= 31) are the u8 side of vpdpbusd as
+// they are; with a bias the accumulator starts at -bias * sum(q) per lane:
+// sum(u * q) - bias * sum(q) = sum(w * q), exact in int32. Types with a min
+// write wm[r][b] = m. An odd last block runs with a zero upper half, whose q
+// are the zero padding (a no-op).
 template <int R, int C, class B>
 void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
                    float* out, float* wm) {
@@ -163,13 +172,15 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512i bias = _mm512_set1_epi8(B::kBias);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
-  const __m512i idx_da = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  // Products of blocks b8 + [0, 4) and b8 + [4, 8), each repeated 4 times.
+  const __m512i idx_lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i idx_hi = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
   __m512 acc[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
-  auto pair = [&](int64_t b, bool has_hi) {
+  alignas(64) float sc[R][C][32];  // [pair t][d(2t) da x4, d(2t+1) da x4] of blocks b8 + [0, 8)
+  auto pair = [&](int64_t b, int t, bool has_hi) {
     __m512i wv[R];
-    __m512 sc[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * B::kBytes;
       const char* ahead = reinterpret_cast<const char*>(p + kPrefetchRows * row_bytes);
@@ -179,45 +190,59 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
       const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::kQs));
       const __m128i hi = has_hi ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + B::kQs))
                                 : _mm_setzero_si128();
-      const uint32_t d01 = rd16(p) | (has_hi ? uint32_t{rd16(p1)} << 16 : 0u);
-      // 128-bit lanes [lo, hi, lo >> 4, hi >> 4] masked, then put in value
-      // order [lo & f, lo >> 4, hi & f, hi >> 4] = u of blocks b, b + 1.
       const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-      const __m512i z = _mm512_and_si512(
+      wv[r] = _mm512_and_si512(
           _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1), m4);
-      wv[r] = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-      if constexpr (B::kQh >= 0) {  // bit 4 of value j is bit j of qh
-        const uint64_t qh = rd32(p + B::kQh) | (has_hi ? uint64_t{rd32(p1 + B::kQh)} << 32 : 0u);
-        wv[r] =
-            _mm512_mask_blend_epi8(static_cast<__mmask64>(qh), wv[r], _mm512_or_si512(wv[r], bit4));
+      if constexpr (B::kQh >= 0) {  // bit 4 of value j is bit j of qh, in the chunk order
+        const uint64_t q0 = rd32(p + B::kQh), q1 = has_hi ? rd32(p1 + B::kQh) : 0u;
+        const uint64_t mask =
+            (q0 & 0xffff) | (q1 & 0xffff) << 16 | (q0 >> 16) << 32 | (q1 >> 16) << 48;
+        wv[r] = _mm512_mask_blend_epi8(static_cast<__mmask64>(mask), wv[r],
+                                       _mm512_or_si512(wv[r], bit4));
       }
-      if constexpr (B::kMin >= 0) {
-        wm[r * ng + b] = _cvtsh_ss(rd16(p + B::kMin));
-        if (has_hi) wm[r * ng + b + 1] = _cvtsh_ss(rd16(p1 + B::kMin));
-      }
-      const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d01)));
-      sc[r] = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d));
     }
     for (int c = 0; c < C; ++c) {
-      const __m512i qv = _mm512_loadu_si512(a.q + (i0 + c) * a.kp + b * kGroup);
+      const __m512i q = _mm512_loadu_si512(a.q + (i0 + c) * a.kp + b * kGroup);
+      const __m512i qv = _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(3, 1, 2, 0));
       __m512i base = _mm512_setzero_si512();
       if constexpr (B::kBias != 0) {
         base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, qv));
       }
-      const __m128 d2 = _mm_castsi128_ps(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.d + (i0 + c) * ng + b)));
-      const __m512 dac = _mm512_permutexvar_ps(idx_da, _mm512_castps128_ps512(d2));
       for (int r = 0; r < R; ++r) {
         const __m512i p = _mm512_dpbusd_epi32(base, wv[r], qv);
-        acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sc[r], dac), acc[c][r]);
+        const __m512 s = _mm512_broadcast_f32x8(_mm256_load_ps(sc[r][c] + 8 * t));
+        acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc[c][r]);
       }
     }
   };
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) pair(b, true);
-  if (b < nb) pair(b, false);
+  // ng is a multiple of 8 (kPadTo), so eight activation scales from b8 exist.
+  for (int64_t b8 = 0; b8 < nb; b8 += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - b8));
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b8 * B::kBytes;
+      const __m256 d = halves8(p, B::kBytes, n);
+      for (int c = 0; c < C; ++c) {
+        const __m512 prod =
+            _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_loadu_ps(a.d + (i0 + c) * ng + b8)));
+        _mm512_store_ps(sc[r][c], _mm512_permutexvar_ps(idx_lo, prod));
+        _mm512_store_ps(sc[r][c] + 16, _mm512_permutexvar_ps(idx_hi, prod));
+      }
+      // Blocks past nb write m = +0: those wm entries are padding (zero).
+      if constexpr (B::kMin >= 0) {
+        _mm256_storeu_ps(wm + r * ng + b8, halves8(p + B::kMin, B::kBytes, n));
+      }
+    }
+    if (n == 8) {
+      for (int t = 0; t < 4; ++t) pair(b8 + 2 * t, t, true);
+    } else {
+      for (int t = 0; 2 * t < n; ++t) pair(b8 + 2 * t, t, 2 * t + 1 < n);
+    }
+  }
+  // Lanes [g0 l0-3, g1 l0-3, g0 l4-7, g1 l4-7] back to [g0 l0-7, g1 l0-7].
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+    for (int r = 0; r < R; ++r)
+      out[c * R + r] =
+          reduce16(_mm512_shuffle_f32x4(acc[c][r], acc[c][r], _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
 #include "kernels/direct_kquant_avx512.h"

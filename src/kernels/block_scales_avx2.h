@@ -1,5 +1,6 @@
-// The scales of a Q4_K/Q5_K super-block with AVX2 + F16C, shared by the
-// direct kernels of both SIMD ISAs (included by matmul_avx2.cpp and
+// Block scales read with AVX2 + F16C (the fp16 fields of eight 32-value
+// blocks, the scales of a Q4_K/Q5_K super-block), shared by the direct
+// kernels of both SIMD ISAs (included by matmul_avx2.cpp and
 // matmul_avx512.cpp, which are compiled with AVX2 and F16C). Exact: the
 // same values decode computes.
 #pragma once
@@ -9,6 +10,20 @@
 #include "kernels/matmul_internal.h"
 
 namespace encore::kernels::mm {
+
+// Eight fp16 fields of consecutive blocks (`stride` bytes apart, the first
+// at p), widened (exact); blocks past n (n < 8 at a row's end) read as +0.
+inline __m256 halves8(const uint8_t* p, size_t stride, int n) {
+  uint64_t lo = 0, hi = 0;
+  if (n >= 8) {
+    for (int i = 0; i < 4; ++i) lo |= uint64_t{rd16(p + i * stride)} << (16 * i);
+    for (int i = 0; i < 4; ++i) hi |= uint64_t{rd16(p + (i + 4) * stride)} << (16 * i);
+  } else {
+    for (int i = 0; i < n && i < 4; ++i) lo |= uint64_t{rd16(p + i * stride)} << (16 * i);
+    for (int i = 4; i < n; ++i) hi |= uint64_t{rd16(p + i * stride)} << (16 * (i - 4));
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
+}
 
 // Returns ws_j = d * sc_j for the block's 8 groups and writes
 // wm[j] = -(dmin * m_j); `block` points at its fp16 d, dmin and packed scales.
