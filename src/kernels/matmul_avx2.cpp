@@ -395,17 +395,33 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
 using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
                                  int, float*);
 
-// A direct tile of R x C from 2 x 2 sub-tiles; wm rows follow the weight rows.
+// A direct tile of R x C from sub-tiles: 2 x 2 for up to two activation
+// rows, else one weight row by up to four activation rows (each block is
+// then decoded once per four activation rows, not per two); wm rows follow
+// the weight rows.
 template <template <int, int> class F>
 void direct_tile_2x2(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
                      int64_t i0, float* out, float* wm) {
   static constexpr DirectSubtileFn kFns[2][2] = {{&F<1, 1>::run, &F<1, 2>::run},
                                                  {&F<2, 1>::run, &F<2, 2>::run}};
+  static constexpr DirectSubtileFn kWide[4] = {&F<1, 1>::run, &F<1, 2>::run, &F<1, 3>::run,
+                                               &F<1, 4>::run};
+  const int64_t ng = a.kp / kGroup;
+  if (C > 2) {
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; c += 4) {
+        const int cc = C - c >= 4 ? 4 : C - c;
+        kWide[cc - 1](w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c,
+                      out + c * R + r, R, wm != nullptr ? wm + r * ng : nullptr);
+      }
+    }
+    return;
+  }
   for (int c = 0; c < C; c += 2) {
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
       kFns[rr - 1][cc - 1](w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c,
-                           out + c * R + r, R, wm != nullptr ? wm + r * (a.kp / kGroup) : nullptr);
+                           out + c * R + r, R, wm != nullptr ? wm + r * ng : nullptr);
     }
   }
 }
@@ -445,9 +461,10 @@ struct LegacySub {
   };
 };
 
-// Up to 4 activation rows: beyond that the 2x2 sub-tiles would read each
-// block from cache more often than decoding it once costs.
-bool has_direct_avx2(DType t, int64_t m) { return is_int_type(t) && m <= 4; }  // every integer type
+// Up to 8 activation rows (two tiles of 1 x 4 sub-tiles: each block decoded
+// twice, still cheaper than decoding the rows into a buffer first, 8
+// streams measured ~10 % faster); beyond that the buffer wins.
+bool has_direct_avx2(DType t, int64_t m) { return is_int_type(t) && m <= 8; }  // every integer type
 
 void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out, float* wm) {
