@@ -416,6 +416,11 @@ TEST(OpenAiRequestErrors, IntegerFieldsAreStrictAndRangeChecked) {
   }
   // 2^64 does not fit any integer type: nlohmann stores it as a double.
   completion_error(json::parse(R"({"seed": 18446744073709551616})"), "seed");
+  // Parsed text stores every non-negative integer as unsigned (a C++ literal 0
+  // above is signed): the lower bound must hold on that path too (found by
+  // fuzz_batch_request).
+  EXPECT_TRUE(contains(completion_error(json::parse(R"({"n": 0})"), "n"), "integer in [1, 64]"));
+  line_error(R"({"prompt": "a", "n": 0, "top_k": 0})", "n");
 }
 
 TEST(OpenAiRequestErrors, BooleansAndStrings) {

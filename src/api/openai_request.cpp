@@ -79,9 +79,11 @@ const std::string& get_string(const json& v, const std::string& field) {
 int64_t get_int(const json& v, const std::string& field, int64_t lo, int64_t hi) {
   const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
   if (!v.is_number_integer()) fail_type(field, expected, v);
-  if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(hi)) fail_type(field, expected, v);
-    return static_cast<int64_t>(v.get<uint64_t>());
+  if (v.is_number_unsigned()) {  // every non-negative JSON integer lands here: check both ends
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo)
+      fail_type(field, expected, v);
+    return static_cast<int64_t>(u);
   }
   const int64_t i = v.get<int64_t>();
   if (i < lo || i > hi) fail_type(field, expected, v);
