@@ -29,6 +29,8 @@ TEST(CliBench, JsonHasEveryFieldAndSaneValues) {
   ASSERT_TRUE(j.contains("weight_bytes_per_token"));
   EXPECT_GT(j["weight_bytes_per_token"].get<uint64_t>(), 500'000u);
   EXPECT_EQ(j["prefill_tokens"], 64);
+  // F32 weights: prefill is held against the FMA peak, not the int8 one.
+  EXPECT_EQ(j["prefill_peak"].get<double>(), j["peak_fma_gflops"].get<double>());
   EXPECT_EQ(j["requests"], 6);
   // The warm request found the shared prefix in the cache: all its full
   // blocks but the one holding its last prefix token.
@@ -65,6 +67,13 @@ TEST(CliBench, TypesTableSynthesisesAndRemovesEachModel) {
                             "decode_roofline_fraction", "prefill_peak_fraction"}) {
       EXPECT_GT(row[key].get<double>(), 0.0) << types[i] << " " << key;
     }
+  }
+  // Prefill against the int8 peak for the quantised types, FMA for BF16.
+  for (size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& row = j["rows"][i];
+    EXPECT_EQ(row["prefill_peak"].get<double>(),
+              row[i == 2 ? "peak_fma_gflops" : "peak_int8_gops"].get<double>())
+        << types[i];
   }
   // Q4_K_M is smaller than Q8_0, BF16 larger.
   EXPECT_LT(j["rows"][1]["file_mib"].get<double>(), j["rows"][0]["file_mib"].get<double>());

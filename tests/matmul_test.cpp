@@ -37,7 +37,7 @@ bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType
 std::vector<int64_t> cols_for(DType t) {
   if (is_k_quant(t)) return {256, 768};
   if (is_float(t)) return {8, 67, 172, 256};
-  return {32, 96, 288, 448};
+  return {32, 96, 288, 448, 480};
 }
 
 struct Weights {

@@ -49,6 +49,9 @@ struct BenchReport {
   double prefill_gops = 0;
   double peak_fma_gflops = 0;
   double peak_int8_gops = 0;
+  // The peak prefill is held against: FMA where most multiply-adds are on
+  // float weights (F32/F16/BF16), else int8 (the quantised types).
+  double prefill_peak = 0;
   // Engine throughput: generated tokens per second of wall time.
   double sequential_tok_s = 0;
   double batch_throughput_tok_s = 0;

@@ -113,6 +113,7 @@ void measure_forward(Engine::Impl& m, const BenchOptions& o, BenchReport& r) {
   r.macs_per_token = cost.macs;
   r.roofline_tok_s = r.bandwidth_gb_s * 1e9 / static_cast<double>(cost.weight_bytes);
   r.prefill_gops = r.prefill_tok_s * 2.0 * static_cast<double>(cost.macs) / 1e9;
+  r.prefill_peak = 2 * cost.float_macs > cost.macs ? r.peak_fma_gflops : r.peak_int8_gops;
 }
 
 Request bench_request(const EngineInfo& info, int32_t prompt_len, int32_t n_gen, int salt,

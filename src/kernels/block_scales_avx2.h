@@ -25,6 +25,15 @@ inline __m256 halves8(const uint8_t* p, size_t stride, int n) {
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
 
+// The widened d of the eight 32-value blocks from p (n of them real, the
+// rest +0) of a LegacyBlock type; types with a min also write their m to
+// wm[0, 8) (+0 past n: the caller's padding entries stay zero).
+template <class B>
+inline __m256 legacy_scales8(const uint8_t* p, int n, float* wm) {
+  if constexpr (B::kMin >= 0) _mm256_storeu_ps(wm, halves8(p + B::kMin, B::kBytes, n));
+  return halves8(p, B::kBytes, n);
+}
+
 // Returns ws_j = d * sc_j for the block's 8 groups and writes
 // wm[j] = -(dmin * m_j); `block` points at its fp16 d, dmin and packed scales.
 inline __m256 k4_scales(const uint8_t* block, float* wm) {

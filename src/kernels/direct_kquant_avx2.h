@@ -1,12 +1,12 @@
 // AVX2 direct (in-place) decode kernels of the K-quant types Q4_K, Q5_K and
-// Q6_K: int_subtile<R, C, S> of matmul_avx2.cpp (R, C <= 2, one register
-// per 32-value group, acc[..][g % 2]) read straight from the 256-value
-// super-blocks. Included only by matmul_avx2.cpp (compiled for AVX2),
+// Q6_K: int_subtile<R, C, S> of matmul_avx2.cpp (sub-tiles of at most 2 x 2
+// or 1 x 4, one register per 32-value group, acc[..][g % 2]) read straight
+// from the 256-value super-blocks. Included only by matmul_avx2.cpp (compiled for AVX2),
 // inside its anonymous namespace, after reduce16. Same operations as
 // decode + int_tile, same bits.
 #pragma once
 
-// Prefetch distance in weight rows (speed only), as q8_0_direct_subtile's.
+// Prefetch distance in weight rows (speed only), as legacy_direct_subtile's.
 constexpr size_t kKAhead = 8;
 
 template <size_t kB>

@@ -89,7 +89,8 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
     if (direct) {
       float out[mm::kMaxTileR * mm::kMaxTileC];
       // wm of the tile's rows (types with an offset): [kMaxTileR, n_groups];
-      // the kernels write the first cols / 32 of each row, the padding stays 0.
+      // the kernels write the first cols / 32 of each row (a few padding
+      // entries may be rewritten as +0), the padding stays 0.
       std::vector<float> wm(with_min ? static_cast<size_t>(mm::kMaxTileR * n_groups) : 0, 0.0f);
       for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
         const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));

@@ -282,63 +282,23 @@ void int_tile_avx2(int R, int C, bool w_signed, const DecRows& dr, int64_t r0, c
   }
 }
 
-// int_subtile<R, C, true> for Q8_0 read straight from the blocks (34 bytes:
-// fp16 d, qs[32]) instead of the decoded buffer, for small batches: block b
-// is group b, its ws lanes are all d, and it goes to acc[..][b % 2] exactly
-// as in int_subtile. The zero padding past k is skipped (it is a no-op).
-template <int R, int C>
-void q8_0_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
-                         int64_t i0, float* out, int ldo) {
-  constexpr size_t kB = 34;  // sizeof(BlockQ8_0)
+// int_subtile<R, C, S> for the 32-value block types Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1 read straight from the blocks (layout in LegacyBlock,
+// matmul_internal.h), instead of the decoded buffer, for small batches:
+// block b is group b and goes to acc[..][b % 2] as in int_subtile. Q8_0's
+// signed values take int_subtile's abs/sign form. Otherwise the unsigned
+// values u = w + bias (<= 31) are the u8 side of maddubs as they are, and
+// bias * sum(q) of each pair is taken off in int16 (both sides <= 2 * 31 *
+// 127, so nothing saturates), which leaves exactly the canonical p. The scale products fl(d * da)
+// are made eight blocks at a time (one vcvtph2ps and one multiply per row and activation row) and
+// each block's is broadcast from there by a load. Types with a min write wm[r][b] = m.
+template <int R, int C, class B>
+void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
+                           int64_t i0, float* out, int ldo, float* wm) {
   // Prefetch distance in weight rows (speed only): a steady trickle of
   // prefetches keeps the memory bus busy; prefetches never fault, so running
   // past the matrix end is harmless.
   constexpr size_t kAhead = 8;
-  const int64_t ng = a.kp / kGroup, nb = k / kGroup;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[C][R][2];
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int h = static_cast<int>(b % 2);
-    __m256i wv[R], aw[R];
-    __m256 sc[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b * kB;
-      _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
-      wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-      aw[r] = _mm256_abs_epi8(wv[r]);
-      uint16_t d;
-      __builtin_memcpy(&d, p, 2);
-      sc[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
-    }
-    for (int c = 0; c < C; ++c) {
-      const __m256i qv =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * b));
-      const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + b);
-      for (int r = 0; r < R; ++r) {
-        const __m256i p16 = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]));
-        const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
-      }
-    }
-  }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
-}
-
-// int_subtile<R, C, S> for the 32-value block types Q4_0, Q4_1, Q5_0, Q5_1
-// read straight from the blocks (layout in LegacyBlock, matmul_internal.h):
-// the unsigned values u = w + bias (<= 31) are the u8 side of maddubs as
-// they are, and bias * sum(q) of each pair is taken off in int16 (both sides
-// <= 2 * 31 * 127, so nothing saturates), which leaves exactly the canonical
-// p. The scale products fl(d * da) are made eight blocks at a time (one
-// vcvtph2ps and one multiply per row and activation row) and each block's
-// is broadcast from there by a load. Types with a min write wm[r][b] = m.
-template <int R, int C, class B>
-void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
-                           int64_t i0, float* out, int ldo, float* wm) {
-  constexpr size_t kAhead = 8;  // prefetch distance in rows, as in q8_0_direct_subtile
   const int64_t ng = a.kp / kGroup, nb = k / kGroup;
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i bias = _mm256_set1_epi8(B::kBias);
@@ -348,19 +308,29 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   alignas(32) float sc[R][C][8];  // fl(d * da) of blocks b8 + [0, 8)
   auto block = [&](int64_t b, int j) {
     const int h = j % 2;
-    __m256i wv[R];
+    __m256i wv[R], aw[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * B::kBytes;
       _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
-      wv[r] = legacy_values<B>(p);
+      if constexpr (B::kInt8) {
+        wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + B::kQs));
+        aw[r] = _mm256_abs_epi8(wv[r]);
+      } else {
+        wv[r] = legacy_values<B>(p);
+      }
     }
     for (int c = 0; c < C; ++c) {
       const __m256i qv =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * b));
       const __m256i base = B::kBias != 0 ? _mm256_maddubs_epi16(bias, qv) : _mm256_setzero_si256();
       for (int r = 0; r < R; ++r) {
-        __m256i p16 = _mm256_maddubs_epi16(wv[r], qv);
-        if (B::kBias != 0) p16 = _mm256_sub_epi16(p16, base);
+        __m256i p16;
+        if constexpr (B::kInt8) {
+          p16 = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]));
+        } else {
+          p16 = _mm256_maddubs_epi16(wv[r], qv);
+          if (B::kBias != 0) p16 = _mm256_sub_epi16(p16, base);
+        }
         const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
         acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_broadcast_ss(&sc[r][c][j]), acc[c][r][h]);
       }
@@ -370,17 +340,12 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   for (int64_t b8 = 0; b8 < nb; b8 += 8) {
     const int n = static_cast<int>(std::min<int64_t>(8, nb - b8));
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b8 * B::kBytes;
-      const __m256 d = halves8(p, B::kBytes, n);
+      const __m256 d = legacy_scales8<B>(w + r * row_bytes + b8 * B::kBytes, n, wm + r * ng + b8);
       for (int c = 0; c < C; ++c) {
         _mm256_store_ps(sc[r][c], _mm256_mul_ps(d, _mm256_loadu_ps(a.d + (i0 + c) * ng + b8)));
       }
-      // Blocks past nb write m = +0: those wm entries are padding (zero).
-      if constexpr (B::kMin >= 0) {
-        _mm256_storeu_ps(wm + r * ng + b8, halves8(p + B::kMin, B::kBytes, n));
-      }
     }
-    if (n == 8) {
+    if (n == 8) {  // the same loop with a constant count, unrolled
       for (int j = 0; j < 8; ++j) block(b8 + j, j);
     } else {
       for (int j = 0; j < n; ++j) block(b8 + j, j);
@@ -400,19 +365,19 @@ using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&
 // then decoded once per four activation rows, not per two); wm rows follow
 // the weight rows.
 template <template <int, int> class F>
-void direct_tile_2x2(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
+void direct_tile_sub(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
                      int64_t i0, float* out, float* wm) {
   static constexpr DirectSubtileFn kFns[2][2] = {{&F<1, 1>::run, &F<1, 2>::run},
                                                  {&F<2, 1>::run, &F<2, 2>::run}};
-  static constexpr DirectSubtileFn kWide[4] = {&F<1, 1>::run, &F<1, 2>::run, &F<1, 3>::run,
-                                               &F<1, 4>::run};
+  static constexpr DirectSubtileFn kWide[2] = {&F<1, 3>::run, &F<1, 4>::run};
   const int64_t ng = a.kp / kGroup;
   if (C > 2) {
     for (int r = 0; r < R; ++r) {
       for (int c = 0; c < C; c += 4) {
         const int cc = C - c >= 4 ? 4 : C - c;
-        kWide[cc - 1](w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c,
-                      out + c * R + r, R, wm != nullptr ? wm + r * ng : nullptr);
+        const DirectSubtileFn fn = cc > 2 ? kWide[cc - 3] : kFns[0][cc - 1];
+        fn(w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c, out + c * R + r, R,
+           wm != nullptr ? wm + r * ng : nullptr);
       }
     }
     return;
@@ -426,13 +391,6 @@ void direct_tile_2x2(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k
   }
 }
 
-template <int R, int C>
-struct Q80Sub {
-  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
-                  int ldo, float*) {
-    q8_0_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
-  }
-};
 template <bool Q5>
 struct Q45KSub {
   template <int R, int C>
@@ -470,25 +428,26 @@ void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                       const ActRows& a, int64_t i0, float* out, float* wm) {
   switch (t) {
     case DType::Q8_0:
-      return direct_tile_2x2<Q80Sub>(R, C, w, row_bytes, k, a, i0, out, wm);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q8_0>>::F>(R, C, w, row_bytes, k, a, i0,
+                                                                     out, wm);
     case DType::Q4_0:
-      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q4_0>>::F>(R, C, w, row_bytes, k, a, i0,
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_0>>::F>(R, C, w, row_bytes, k, a, i0,
                                                                      out, wm);
     case DType::Q4_1:
-      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q4_1>>::F>(R, C, w, row_bytes, k, a, i0,
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_1>>::F>(R, C, w, row_bytes, k, a, i0,
                                                                      out, wm);
     case DType::Q5_0:
-      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q5_0>>::F>(R, C, w, row_bytes, k, a, i0,
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_0>>::F>(R, C, w, row_bytes, k, a, i0,
                                                                      out, wm);
     case DType::Q5_1:
-      return direct_tile_2x2<LegacySub<LegacyBlock<DType::Q5_1>>::F>(R, C, w, row_bytes, k, a, i0,
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_1>>::F>(R, C, w, row_bytes, k, a, i0,
                                                                      out, wm);
     case DType::Q4_K:
-      return direct_tile_2x2<Q45KSub<false>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
+      return direct_tile_sub<Q45KSub<false>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
     case DType::Q5_K:
-      return direct_tile_2x2<Q45KSub<true>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
+      return direct_tile_sub<Q45KSub<true>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
     default:  // Q6_K (has_direct_avx2)
-      return direct_tile_2x2<Q6KSub>(R, C, w, row_bytes, k, a, i0, out, wm);
+      return direct_tile_sub<Q6KSub>(R, C, w, row_bytes, k, a, i0, out, wm);
   }
 }
 

@@ -1,7 +1,8 @@
 // AVX-512 (F/BW/DQ/VL + VNNI) matmul kernels: the canonical order of
 // matmul_internal.h with one 512-bit register per pair, covering two 32-value
 // groups: lane L of vpdpbusd sums bytes 4L..4L+3, i.e. lane L % 8 of group
-// 2t + L / 8, which is exactly acc[8 * (g % 2) + l]. Activation quantisation
+// 2t + L / 8, which is exactly acc[8 * (g % 2) + l] (legacy_tile_t holds the
+// same sums at permuted lanes, see there). Activation quantisation
 // and weight decoding reuse the AVX2 table (their results are exact anyway).
 //
 // vpdpbusd multiplies u8 by s8. Unsigned weights (<= 31) are the u8 side as
@@ -219,20 +220,15 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
   for (int64_t b8 = 0; b8 < nb; b8 += 8) {
     const int n = static_cast<int>(std::min<int64_t>(8, nb - b8));
     for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b8 * B::kBytes;
-      const __m256 d = halves8(p, B::kBytes, n);
+      const __m256 d = legacy_scales8<B>(w + r * row_bytes + b8 * B::kBytes, n, wm + r * ng + b8);
       for (int c = 0; c < C; ++c) {
         const __m512 prod =
             _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_loadu_ps(a.d + (i0 + c) * ng + b8)));
         _mm512_store_ps(sc[r][c], _mm512_permutexvar_ps(idx_lo, prod));
         _mm512_store_ps(sc[r][c] + 16, _mm512_permutexvar_ps(idx_hi, prod));
       }
-      // Blocks past nb write m = +0: those wm entries are padding (zero).
-      if constexpr (B::kMin >= 0) {
-        _mm256_storeu_ps(wm + r * ng + b8, halves8(p + B::kMin, B::kBytes, n));
-      }
     }
-    if (n == 8) {
+    if (n == 8) {  // the same loop with a constant count, unrolled
       for (int t = 0; t < 4; ++t) pair(b8 + 2 * t, t, true);
     } else {
       for (int t = 0; 2 * t < n; ++t) pair(b8 + 2 * t, t, 2 * t + 1 < n);

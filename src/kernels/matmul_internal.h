@@ -113,7 +113,8 @@ struct IsaKernels {
   // at w, row_bytes apart, k values each), for small batches where decoding
   // into a buffer first costs more than the dot products. Same operations,
   // same bits. Types with an offset also write each row's wm: [R, kp / 32]
-  // (entries past k / 32 are left as they are: the caller zeroes them).
+  // (entries past k / 32 are left as they are or written +0: the caller
+  // zeroes them, and the buffer spans kp / 32 per row).
   bool (*has_direct)(DType t, int64_t m);  // m: activation rows of the call
   void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out, float* wm);
@@ -128,27 +129,38 @@ struct IsaKernels {
 // Byte layout of the 32-value block types, for the direct kernels: fp16 d
 // at 0, fp16 m at kMin, 32 high bits at kQh (-1: none), qs[16] at kQs (byte
 // j: value j in the low nibble, value j + 16 in the high one); w = u - kBias.
+// kInt8 (Q8_0): qs[32] at kQs are the signed values w themselves.
 template <DType T>
 struct LegacyBlock;
 template <>
 struct LegacyBlock<DType::Q4_0> {
   static constexpr size_t kBytes = 18;
   static constexpr int kMin = -1, kQh = -1, kQs = 2, kBias = 8;
+  static constexpr bool kInt8 = false;
 };
 template <>
 struct LegacyBlock<DType::Q4_1> {
   static constexpr size_t kBytes = 20;
   static constexpr int kMin = 2, kQh = -1, kQs = 4, kBias = 0;
+  static constexpr bool kInt8 = false;
 };
 template <>
 struct LegacyBlock<DType::Q5_0> {
   static constexpr size_t kBytes = 22;
   static constexpr int kMin = -1, kQh = 2, kQs = 6, kBias = 16;
+  static constexpr bool kInt8 = false;
 };
 template <>
 struct LegacyBlock<DType::Q5_1> {
   static constexpr size_t kBytes = 24;
   static constexpr int kMin = 2, kQh = 4, kQs = 8, kBias = 0;
+  static constexpr bool kInt8 = false;
+};
+template <>
+struct LegacyBlock<DType::Q8_0> {
+  static constexpr size_t kBytes = 34;
+  static constexpr int kMin = -1, kQh = -1, kQs = 2, kBias = 0;
+  static constexpr bool kInt8 = true;
 };
 
 // Unaligned little-endian loads from weight bytes.

@@ -86,6 +86,9 @@ Model::TokenCost Model::token_cost() const {
   auto add = [&c](const kernels::WeightView& m) {
     c.weight_bytes += static_cast<uint64_t>(m.rows) * m.row_bytes;
     c.macs += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols);
+    if (m.type == DType::F32 || m.type == DType::F16 || m.type == DType::BF16) {
+      c.float_macs += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols);
+    }
   };
   for (const LayerWeights& l : weights_->layers) {
     for (const kernels::WeightView* m :
