@@ -171,24 +171,30 @@ TEST_F(EngineState, DamagedOrMissingSnapshotsAreRecomputedWithTheSameOutput) {
 }
 
 TEST_F(EngineState, AnotherModelNeverUsesTheState) {
-  Request r = request2(prompt_of(50, 4), 3, 8);
-  r.session = "s";
-  open(dir())->run(r);
+  // Two sessions of the first model: one to continue, one to extend.
+  {
+    auto first = open(dir());
+    Request r = request2(prompt_of(50, 4), 3, 8);
+    r.session = "s";
+    first->run(r);
+    r.session = "t";
+    first->run(r);
+  }
   // Another model (another type of the same shape): nothing of the first is used.
   auto other = open(dir(), "", model_file("tiny", DType::Q4_K));
-  Request cont;
-  cont.session = "s";
-  cont.max_tokens = 4;
-  cont.prompt_ids = {1, 5, 6};
-  const Response got = other->run(cont);
-  EXPECT_FALSE(got.session_found);
-  EXPECT_EQ(got.prompt_ids, (std::vector<TokenId>{1, 5, 6})) << "another model's session used";
-  // Continuing it (no prompt) is where a model change shows: logged, counted.
+  // Continuing one (no prompt) is where a model change shows: logged, counted.
   Request resume_it;
   resume_it.session = "s";
   resume_it.max_tokens = 4;
   const Response fresh = other->run(resume_it);
   EXPECT_FALSE(fresh.session_found);
+  Request cont;
+  cont.session = "t";
+  cont.max_tokens = 4;
+  cont.prompt_ids = {1, 5, 6};
+  const Response got = other->run(cont);
+  EXPECT_FALSE(got.session_found);
+  EXPECT_EQ(got.prompt_ids, (std::vector<TokenId>{1, 5, 6})) << "another model's session used";
   other->drain();
   EXPECT_EQ(other->stats().blocks_restored, 0);
   EXPECT_EQ(other->stats().state_fallbacks, 1) << "the model change was not counted";
@@ -341,6 +347,28 @@ TEST_F(EngineRedis, TwoEnginesShareOneRedis) {
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
   e2->drain();
   EXPECT_GT(e2->stats().blocks_restored_redis, 0);
+}
+
+// A continuation sent the moment its answer arrives finds its session even
+// while the record still waits for the tiers (here Redis, with writes
+// paused): it is read from the write queue, and continues exactly.
+TEST_F(EngineRedis, AContinuationRightAfterItsAnswerFindsTheQueuedSession) {
+  const Request whole = request2(prompt_of(45, 8), 5, 14);
+  const Response want = open("")->run(whole);
+  auto e = open("", redis_.url());
+  ASSERT_EQ(redis_.cli("CLIENT PAUSE 1500 WRITE"), "OK\n");
+  Request first = whole;
+  first.max_tokens = 6;
+  first.session = "quick";
+  const Response a = e->run(first);
+  Request rest;
+  rest.session = "quick";
+  rest.max_tokens = 8;
+  const Response b = e->run(rest);
+  ASSERT_TRUE(b.session_found) << "the session record still queued was not seen";
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+  e->drain();
+  EXPECT_EQ(e->stats().state_fallbacks, 0);
 }
 
 TEST_F(EngineRedis, RedisFlushedOrDownBetweenTurnsStillGivesTheSameOutput) {

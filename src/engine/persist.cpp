@@ -198,7 +198,13 @@ void Persistence::promote(const TieredStore::Hit& hit, const StoreKey& key) {
 std::optional<RunState> Persistence::load_session(const std::string& tenant,
                                                   const std::string& session, bool look_elsewhere) {
   const StoreKey k = key(tenant, "session/" + session);
-  const std::optional<TieredStore::Hit> hit = store_->get(k);
+  std::optional<TieredStore::Hit> hit;
+  const std::optional<std::string> queued = pending(k);
+  if (queued) {
+    hit = TieredStore::Hit{*queued, "write queue", 0, 0};
+  } else {
+    hit = store_->get(k);
+  }
   if (!hit && look_elsewhere) {
     // Saved under another model, build or numerics setting: never used.
     const std::vector<std::string> others = store_->elsewhere(k);
@@ -220,7 +226,7 @@ std::optional<RunState> Persistence::load_session(const std::string& tenant,
   try {
     RunState s = parse_run_state(hit->payload, "session " + session);
     if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");
-    promote(*hit, k);
+    if (!queued) promote(*hit, k);
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.sessions_loaded;
     return s;
@@ -233,6 +239,21 @@ std::optional<RunState> Persistence::load_session(const std::string& tenant,
       log_(fmt::format("state: ignoring session {} from {}: {}", session, hit->tier, e.what()));
     return std::nullopt;
   }
+}
+
+std::optional<std::string> Persistence::pending(const StoreKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto w = queue_.rbegin(); w != queue_.rend(); ++w) {
+    for (const auto& item : w->items) {
+      if (item.first == key) return item.second;
+    }
+  }
+  if (writing_) {
+    for (const auto& item : current_.items) {
+      if (item.first == key) return item.second;
+    }
+  }
+  return std::nullopt;
 }
 
 void Persistence::enqueue(Write w) {
@@ -256,16 +277,16 @@ void Persistence::enqueue(Write w) {
 
 void Persistence::writer_main() {
   for (;;) {
-    Write w;
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping with nothing left to write
-      w = std::move(queue_.front());
+      current_ = std::move(queue_.front());
       queue_.pop_front();
-      queued_bytes_ -= w.bytes;
+      queued_bytes_ -= current_.bytes;
       writing_ = true;
     }
+    const Write& w = current_;
     try {
       if (w.above == SIZE_MAX) {
         store_->put_many(w.items, w.ttl);

@@ -63,6 +63,8 @@ class Persistence {
   // Queues the session record of `job` after its blocks.
   void save_session(const std::string& tenant, const std::string& session, const RunState& state);
   // The session record, or nullopt (none, or unusable: logged, counted).
+  // A record still queued or being written is read from the queue (the
+  // newest one): a continuation sent right after its answer finds it.
   // look_elsewhere: when there is none, ask the tiers whether another model
   // left one under that name (logged and counted as a fallback; costs a
   // directory walk and a Redis SCAN, so only for explicit continuations).
@@ -86,6 +88,8 @@ class Persistence {
   // the time it has left.
   void promote(const TieredStore::Hit& hit, const StoreKey& key);
   void writer_main();
+  // The newest queued or in-flight payload of key, if any.
+  std::optional<std::string> pending(const StoreKey& key) const;
   void enqueue(Write w);
   StoreKey key(const std::string& tenant, std::string name) const;
 
@@ -101,6 +105,9 @@ class Persistence {
   std::deque<Write> queue_;
   size_t queued_bytes_ = 0;  // bounded: past kMaxQueuedBytes the oldest writes are dropped
   bool writing_ = false;
+  // The write the writer thread is doing (while writing_). Assigned under
+  // mu_; the writer reads it without the lock, pending() with it: reads only.
+  Write current_;
   bool stop_ = false;
   PersistCounters c_;
   // Blocks this process has already queued (content-addressed: writing one
