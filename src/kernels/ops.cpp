@@ -1,6 +1,7 @@
 // Scalar twins of the element-wise, normalisation and RoPE kernels (see
 // ops.h) and their ISA dispatch. The scalar loops define the numbers; the
-// SIMD versions in ops_avx2.cpp / ops_avx512.cpp reproduce them bit for bit.
+// SIMD versions (ops_vec.h, one source for AVX2 and AVX-512) reproduce them bit
+// for bit.
 // Attention lives in ops_attention.cpp.
 #include <cassert>
 #include <cmath>

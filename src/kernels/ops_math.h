@@ -5,7 +5,7 @@
 // two, bit manipulation), so every machine gets the same bits.
 //
 //   exp_f32_ref   float exp, < 1 ulp (0.92 measured: tests/ops_test.cpp). The SIMD
-//                 kernels (ops_avx2.cpp, ops_avx512.cpp) run the very same
+//                 kernels (ops_vec.h, for AVX2 and AVX-512) run the very same
 //                 operation sequence lane by lane.
 //   exp_f64, log_f64, pow_f64, sincos_f64
 //                 double versions for the RoPE angle table: accurate to a few

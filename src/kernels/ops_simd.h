@@ -1,6 +1,7 @@
-// Internal: the per-ISA entry points behind kernels/ops.h. Implemented in
-// ops_avx2.cpp and ops_avx512.cpp (compiled for those ISAs; call them only
-// after isa_supported()). Every function computes exactly the canonical
+// Internal: the per-ISA entry points behind kernels/ops.h, written once over
+// the vector width in ops_vec.h and instantiated by ops_avx2.cpp and
+// ops_avx512.cpp (compiled for those ISAs; call them only after
+// isa_supported()). Every function computes exactly the canonical
 // order of its scalar twin (ops.cpp, ops_attention.cpp), so results match it
 // bit for bit. Thread-safety: reentrant.
 #pragma once
