@@ -198,10 +198,12 @@ void Persistence::promote(const TieredStore::Hit& hit, const StoreKey& key) {
 std::optional<RunState> Persistence::load_session(const std::string& tenant,
                                                   const std::string& session, bool look_elsewhere) {
   const StoreKey k = key(tenant, "session/" + session);
+  // A record served from the queue may still fail to reach the tiers (then
+  // a later continuation starts afresh, logged and counted as for any loss).
   std::optional<TieredStore::Hit> hit;
-  const std::optional<std::string> queued = pending(k);
+  std::optional<std::string> queued = pending(k);
   if (queued) {
-    hit = TieredStore::Hit{*queued, "write queue", 0, 0};
+    hit = TieredStore::Hit{std::move(*queued), "write queue", 0, 0};
   } else {
     hit = store_->get(k);
   }
@@ -243,12 +245,15 @@ std::optional<RunState> Persistence::load_session(const std::string& tenant,
 
 std::optional<std::string> Persistence::pending(const StoreKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
+  // Promotions (above != SIZE_MAX) only copy what a tier holds, maybe older
+  // than a save behind them: only saves count.
   for (auto w = queue_.rbegin(); w != queue_.rend(); ++w) {
+    if (w->above != SIZE_MAX) continue;
     for (const auto& item : w->items) {
       if (item.first == key) return item.second;
     }
   }
-  if (writing_) {
+  if (writing_ && current_.above == SIZE_MAX) {
     for (const auto& item : current_.items) {
       if (item.first == key) return item.second;
     }
@@ -300,9 +305,12 @@ void Persistence::writer_main() {
       ++c_.write_errors;
       for (const auto& item : w.items) written_.erase(item.first.name);
     }
+    Write done;  // freed after the lock is released (it may hold many KV blocks)
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
+      done = std::move(current_);
+      current_ = Write{};
     }
     idle_.notify_all();
   }

@@ -105,8 +105,9 @@ class Persistence {
   std::deque<Write> queue_;
   size_t queued_bytes_ = 0;  // bounded: past kMaxQueuedBytes the oldest writes are dropped
   bool writing_ = false;
-  // The write the writer thread is doing (while writing_). Assigned under
-  // mu_; the writer reads it without the lock, pending() with it: reads only.
+  // The write the writer thread is doing (while writing_; empty otherwise).
+  // Assigned under mu_; the writer reads it without the lock, pending() with
+  // it: reads only.
   Write current_;
   bool stop_ = false;
   PersistCounters c_;

@@ -141,6 +141,7 @@ struct OpsVec {
     for (int h = 0; h < kH && c + h * kW < head_dim; ++h) {
       const M m = V::mask(head_dim - c - h * kW);
       const F q = V::load_n(qh + c + h * kW, m);
+#pragma GCC unroll 16
       for (int k = 0; k < R; ++k) {
         const F f = V::fma(q, V::load_n(rp[k] + c + h * kW, m), acc[k][h]);
         acc[k][h] = V::keep_n(f, acc[k][h], m);
