@@ -230,8 +230,12 @@ TEST_F(CliBatch, SixtyFourRequestsEqualRunOneAtATime) {
     if (run.name == "default") {
       EXPECT_GT(hits, 0) << "shared prefixes gave no cache hit\n" << err;
     }
-    if (run.name == "no prefix cache") EXPECT_EQ(hits, 0) << err;
-    if (run.name == "tiny KV budget") EXPECT_GT(preemptions, 0) << "no preemption\n" << err;
+    if (run.name == "no prefix cache") {
+      EXPECT_EQ(hits, 0) << err;
+    }
+    if (run.name == "tiny KV budget") {
+      EXPECT_GT(preemptions, 0) << "no preemption\n" << err;
+    }
   }
 }
 

@@ -87,11 +87,6 @@ void reply_error(httplib::Response& res, int status, const std::string& message,
   res.set_content(dump(server::error_json(message, type, param, code)), kJson);
 }
 
-bool write_event(httplib::DataSink& sink, const Json& j) {
-  const std::string line = "data: " + dump(j) + "\n\n";
-  return sink.write(line.data(), line.size());
-}
-
 }  // namespace
 
 void Server::Impl::completions(const httplib::Request& req, httplib::Response& res, bool chat) {
