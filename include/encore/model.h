@@ -82,7 +82,7 @@ class Model {
   struct TokenCost {
     uint64_t weight_bytes = 0;
     uint64_t macs = 0;
-    uint64_t float_macs = 0;  // of those, on F32/F16/BF16 weights (FMA, not int8)
+    uint64_t float_macs = 0;  // of those, on weights matmul multiplies in float (FMA, not int8)
   };
   TokenCost token_cost() const;
 

@@ -210,6 +210,8 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
 
 }  // namespace
 
+bool matmul_uses_int8(DType t) { return mm::is_int_type(t); }
+
 void get_row(const WeightView& w, int64_t row, float* out) {
   dequantize_row(w.type, w.data + static_cast<size_t>(row) * w.row_bytes, out, w.cols);
 }

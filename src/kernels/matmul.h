@@ -46,6 +46,10 @@ struct WeightView {
 // pool may be null; small products (< kMinParallelWork) run on the caller.
 void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa);
 
+// True when matmul multiplies weights of type t as int8 dot products (the
+// quantised types); false when it widens them to float and uses FMA.
+bool matmul_uses_int8(DType t);
+
 // Dequantises row `row` of `w` into out: [w.cols]. Used for embedding lookup.
 void get_row(const WeightView& w, int64_t row, float* out);
 

@@ -84,11 +84,10 @@ void store_row(uint8_t* dst, const float* src, int64_t n, DType type) {
 Model::TokenCost Model::token_cost() const {
   TokenCost c;
   auto add = [&c](const kernels::WeightView& m) {
+    const uint64_t macs = static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols);
     c.weight_bytes += static_cast<uint64_t>(m.rows) * m.row_bytes;
-    c.macs += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols);
-    if (m.type == DType::F32 || m.type == DType::F16 || m.type == DType::BF16) {
-      c.float_macs += static_cast<uint64_t>(m.rows) * static_cast<uint64_t>(m.cols);
-    }
+    c.macs += macs;
+    if (!kernels::matmul_uses_int8(m.type)) c.float_macs += macs;
   };
   for (const LayerWeights& l : weights_->layers) {
     for (const kernels::WeightView* m :
