@@ -86,13 +86,16 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
       const Weights w = make_weights(t, 13, cols, 1);
-      const int64_t m = 6;
-      const auto x = make_acts(m, cols, 2);
-      const auto ref = run(w, x, m, Isa::Scalar);
-      for (Isa isa : kIsas) {
-        if (!isa_supported(isa)) continue;
-        EXPECT_TRUE(same_bits(run(w, x, m, isa), ref))
-            << dtype_name(t) << " cols=" << cols << " isa=" << isa_name(isa);
+      // m = 6: the direct (decode) kernels where a type has them; m = 12:
+      // the prefill tiles over decoded or widened rows.
+      for (int64_t m : {6, 12}) {
+        const auto x = make_acts(m, cols, 2);
+        const auto ref = run(w, x, m, Isa::Scalar);
+        for (Isa isa : kIsas) {
+          if (!isa_supported(isa)) continue;
+          EXPECT_TRUE(same_bits(run(w, x, m, isa), ref))
+              << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
+        }
       }
     }
   }

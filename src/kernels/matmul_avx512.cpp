@@ -362,24 +362,73 @@ void int_tile_avx512(int R, int C, bool w_signed, const DecRows& dr, int64_t r0,
 }
 
 // Weight loaders of the float tiles: 16 values of a row from index i, exact
-// (vcvtph2ps only quiets signalling NaNs; outputs are NaN-canonicalised),
-// masked lanes read nothing.
+// (vcvtph2ps only quiets signalling NaNs; outputs are NaN-canonicalised);
+// load_n reads only the lanes of mask m (the rest are 0).
 struct LoadF32 {
-  static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+  static __m512 load(const uint8_t* row, int64_t i) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  }
+  static __m512 load_n(const uint8_t* row, int64_t i, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
   }
 };
 struct LoadF16 {
-  static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
+  static __m512 load(const uint8_t* row, int64_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+  }
+  static __m512 load_n(const uint8_t* row, int64_t i, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * i));
   }
 };
 struct LoadBF16 {
-  static __m512 load(const uint8_t* row, int64_t i, __mmask16 m) {
-    const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+  static __m512 widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static __m512 load(const uint8_t* row, int64_t i) {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+  }
+  static __m512 load_n(const uint8_t* row, int64_t i, __mmask16 m) {
+    return widen(_mm256_maskz_loadu_epi16(m, row + 2 * i));
   }
 };
+
+// The whole 16-value steps of float_tile_t (k16 values), accumulators left
+// in acc_out: [C * R][16]. Kept apart from the masked tail on purpose: with
+// the tail in the same function (as a second call of one step lambda, or
+// as a mask computed per step) GCC 12 kept the accumulators in memory and
+// stored all R x C of them on every step; F16 prefill ran at half speed.
+template <int R, int C, class L, size_t kAhead>
+__attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, const float* x,
+                                           int64_t x_stride, int64_t k16, float* acc_out) {
+  __m512 acc[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+  auto step = [&](int64_t i) {
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * stride, i);
+    for (int c = 0; c < C; ++c) {
+      const __m512 xv = _mm512_loadu_ps(x + c * x_stride + i);
+      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
+    }
+  };
+  auto prefetch = [&](int64_t i) {  // 64 bytes of each 16-bit row, kAhead rows on
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + kAhead) * stride + 2 * i), _MM_HINT_T0);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 32 <= k16; i += 32) {
+    if (kAhead > 0) prefetch(i);
+    step(i);
+    step(i + 16);
+  }
+  if (i < k16) {
+    if (kAhead > 0) prefetch(i);
+    step(i);
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc_out + 16 * (c * R + r), acc[c][r]);
+}
 
 // R x C canonical dot products over rows of weights `stride` bytes apart.
 // kAhead > 0: also prefetch the same bytes kAhead rows further on (the
@@ -387,31 +436,25 @@ struct LoadBF16 {
 template <int R, int C, class L, size_t kAhead>
 void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                   float* out) {
-  __m512 acc[C][R];
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
-  auto step = [&](int64_t i, __mmask16 m) {
-    __m512 wv[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* row = w + r * stride;
-      if (kAhead > 0 && i % 32 == 0) {  // 64 bytes of a 16-bit row
-        _mm_prefetch(reinterpret_cast<const char*>(row + kAhead * stride + 2 * i), _MM_HINT_T0);
-      }
-      wv[r] = L::load(row, i, m);
-    }
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + i);
-      // Masked: lanes past k are not touched at all (an unmasked
-      // fma(0, 0, -0) would turn a -0 lane, left by an underflowed negative
-      // product, into +0, which the scalar twin never does).
-      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_mask3_fmadd_ps(wv[r], xv, acc[c][r], m);
-    }
-  };
+  alignas(64) float acc[C * R][16];
   const int64_t k16 = k / 16 * 16;
-  for (int64_t i = 0; i < k16; i += 16) step(i, 0xffff);
-  if (k16 < k) step(k16, static_cast<__mmask16>((1u << (k - k16)) - 1));
+  float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, &acc[0][0]);
+  if (k16 < k) {
+    // Masked: lanes past k are not touched at all (an unmasked
+    // fma(0, 0, -0) would turn a -0 lane, left by an underflowed negative
+    // product, into +0, which the scalar twin never does).
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - k16)) - 1);
+    for (int c = 0; c < C; ++c) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + k16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 wv = L::load_n(w + r * stride, k16, m);
+        const __m512 a = _mm512_load_ps(acc[c * R + r]);
+        _mm512_store_ps(acc[c * R + r], _mm512_mask3_fmadd_ps(wv, xv, a, m));
+      }
+    }
+  }
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(_mm512_load_ps(acc[c * R + r]));
 }
 
 using FloatTileFn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*);
