@@ -86,9 +86,10 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
       const Weights w = make_weights(t, 13, cols, 1);
-      // m = 6: the direct (decode) kernels where a type has them; m = 12:
-      // the prefill tiles over decoded or widened rows.
-      for (int64_t m : {6, 12}) {
+      // m = 6: the direct (decode) kernels; m = 12: the prefill tiles over
+      // widened rows (float) or, for some types on AVX-512, still the
+      // direct ones; m = 70: the prefill tiles of every type.
+      for (int64_t m : {6, 12, 70}) {
         const auto x = make_acts(m, cols, 2);
         const auto ref = run(w, x, m, Isa::Scalar);
         for (Isa isa : kIsas) {
@@ -178,23 +179,27 @@ TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
   }
 }
 
-// The direct kernels are what decode-sized batches of every quantised type
-// run (so the tests above test them): up to 8 rows.
+// The direct kernels are what decode-sized batches (up to 8 rows) of every
+// quantised type run, so the tests above test them. Some types keep them
+// for larger batches on AVX-512 (has_direct_avx512); none beyond 64 rows,
+// so EveryIsaEqualsScalarTwin's m = 70 tests the decoded-rows path.
 TEST(Matmul, EveryQuantisedTypeHasDirectDecodeKernels) {
   for (DType t : kTypes) {
     const bool is_int = mm::is_int_type(t);
     if (!is_int && t != DType::F16 && t != DType::BF16) continue;
-    for (const auto& [isa, table, max_int, max_float] :
-         {std::tuple{Isa::Avx2, &mm::avx2_kernels, int64_t{8}, int64_t{8}},
-          std::tuple{Isa::Avx512, &mm::avx512_kernels, int64_t{8}, int64_t{8}}}) {
+    for (const auto& [isa, table] :
+         {std::pair{Isa::Avx2, &mm::avx2_kernels}, std::pair{Isa::Avx512, &mm::avx512_kernels}}) {
       // (The AVX-512 table is built by AVX-512 code: only where the CPU has it.)
       if (!isa_supported(isa)) continue;
       const mm::IsaKernels& k = table();
-      const int64_t max_m = is_int ? max_int : max_float;
-      for (int64_t m = 1; m <= max_m + 1; ++m) {
-        const bool direct = is_int ? k.has_direct(t, m) : k.has_direct_float(t, m);
-        EXPECT_EQ(direct, m <= max_m) << dtype_name(t) << " m=" << m << " " << isa_name(isa);
+      auto direct = [&](int64_t m) {
+        return is_int ? k.has_direct(t, m) : k.has_direct_float(t, m);
+      };
+      for (int64_t m = 1; m <= 8; ++m) {
+        EXPECT_TRUE(direct(m)) << dtype_name(t) << " m=" << m << " " << isa_name(isa);
       }
+      EXPECT_FALSE(direct(65)) << dtype_name(t) << " " << isa_name(isa);
+      if (!is_int) EXPECT_FALSE(direct(9)) << dtype_name(t) << " " << isa_name(isa);
     }
   }
 }
