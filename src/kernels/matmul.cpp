@@ -81,9 +81,10 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   for (int64_t i = 0; i < m; ++i) kt.quantize_act(x + i * cols, cols, act, i);
 
   const int64_t rb_rows = rows_per_block(m);
-  // Small batches (decode) read the blocks in place where the ISA has a
-  // direct kernel for the type: the weights are then read once, interleaved
-  // with the arithmetic.
+  // Small batches (decode; on some ISAs and types somewhat larger ones, see
+  // has_direct) read the blocks in place where the ISA has a direct kernel
+  // for the type: the weights are then read once, interleaved with the
+  // arithmetic.
   const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type, m);
   auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
     if (direct) {

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/block_scales_avx2.h"
@@ -298,20 +299,22 @@ constexpr std::array<std::array<DirectFn, 4>, 4> direct_table() {
 }
 
 // Every integer type up to 8 activation rows (decode), and further where
-// reading the blocks in place (decoding each block once per 4 rows, from
-// L1) still beat decoding the rows into a buffer first, measured single
-// thread on 2048 x 2048 weights (GOP/s, buffer -> in place): Q8_0 m = 32
-// 147 -> 191, m = 64 146 -> 189; Q6_K m = 32 143 -> 164, m = 64 142 -> 158;
-// Q4_K m = 16 132 -> 144, m = 32 141 -> 145; Q5_K m = 16 116 -> 130.
-// Q4_0, Q4_1, Q5_0 and Q5_1 lost already at m = 16; at m = 512 only Q8_0
-// would still gain. Speed only: both paths give the same bits.
+// reading the blocks in place (each block decoded once per 4 activation
+// rows, from L1) still beat decoding the rows into a buffer first, measured
+// single thread on 2048 x 2048 weights (GOP/s, buffer -> in place): Q8_0
+// m = 32 147 -> 191, m = 64 146 -> 189, m = 512 126 -> 149; Q6_K m = 16
+// 132 -> 160, m = 32 143 -> 164; Q4_K and Q5_K m = 16 132 -> 144 and
+// 116 -> 130 (at 32 and above their gains were within this VM's noise).
+// Q4_0, Q4_1, Q5_0 and Q5_1 lost already at m = 16. End to end: 16 streams
+// of the 1b Q8_0 model 84 -> 102 tok/s. Speed only: both paths give the same
+// bits, so no test pins these limits.
 bool has_direct_avx512(DType t, int64_t m) {
   switch (t) {
     case DType::Q8_0:
-    case DType::Q6_K:
       return m <= 64;
-    case DType::Q4_K:
+    case DType::Q6_K:
       return m <= 32;
+    case DType::Q4_K:
     case DType::Q5_K:
       return m <= 16;
     default:
@@ -429,6 +432,7 @@ __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, cons
       for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
     }
   };
+  static_assert(kAhead == 0 || !std::is_same_v<L, LoadF32>, "the prefetch assumes 16-bit rows");
   auto prefetch = [&](int64_t i) {  // 64 bytes of each 16-bit row, kAhead rows on
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(w + (r + kAhead) * stride + 2 * i), _MM_HINT_T0);
@@ -462,12 +466,13 @@ void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_str
     // fma(0, 0, -0) would turn a -0 lane, left by an underflowed negative
     // product, into +0, which the scalar twin never does).
     const __mmask16 m = static_cast<__mmask16>((1u << (k - k16)) - 1);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = L::load_n(w + r * stride, k16, m);
     for (int c = 0; c < C; ++c) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + k16);
       for (int r = 0; r < R; ++r) {
-        const __m512 wv = L::load_n(w + r * stride, k16, m);
         const __m512 a = _mm512_load_ps(acc[c * R + r]);
-        _mm512_store_ps(acc[c * R + r], _mm512_mask3_fmadd_ps(wv, xv, a, m));
+        _mm512_store_ps(acc[c * R + r], _mm512_mask3_fmadd_ps(wv[r], xv, a, m));
       }
     }
   }

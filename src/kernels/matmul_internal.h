@@ -110,8 +110,8 @@ struct IsaKernels {
   void (*widen)(DType t, const uint8_t* src, int64_t k, float* dst);
   // Optional (null, or false from has_direct = decode + int_tile): the
   // int_tile result read straight from the blocks of R weight rows (starting
-  // at w, row_bytes apart, k values each), for small batches where decoding
-  // into a buffer first costs more than the dot products. Same operations,
+  // at w, row_bytes apart, k values each), for the batch sizes (at least
+  // 1 to 8 rows) where decoding into a buffer first costs more. Same operations,
   // same bits. Types with an offset also write each row's wm: [R, kp / 32]
   // (entries past k / 32 are left as they are or written +0: the caller
   // zeroes them, and the buffer spans kp / 32 per row).
