@@ -89,8 +89,9 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
       // m = 6: the direct (decode) kernels of the quantised types and
       // F16/BF16 (F32 is always read in place by the float tiles); m = 12:
       // F16/BF16 widened first, quantised types decoded into a buffer
-      // (on AVX-512 some still direct); m = 70: no direct kernel at all.
-      for (int64_t m : {6, 12, 70}) {
+      // (on AVX-512 some still direct); past kMaxDirectRows: no direct
+      // kernel at all.
+      for (int64_t m : {int64_t{6}, int64_t{12}, mm::kMaxDirectRows + 6}) {
         const auto x = make_acts(m, cols, 2);
         const auto ref = run(w, x, m, Isa::Scalar);
         for (Isa isa : kIsas) {
@@ -182,8 +183,9 @@ TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
 
 // The direct kernels are what decode-sized batches (up to 8 rows) of every
 // quantised type run, so the tests above test them. Some types keep them
-// for larger batches on AVX-512 (has_direct_avx512); none beyond 64 rows,
-// so EveryIsaEqualsScalarTwin's m = 70 tests the decoded-rows path.
+// for larger batches on AVX-512 (has_direct_avx512); none beyond
+// kMaxDirectRows, so EveryIsaEqualsScalarTwin's largest m tests the
+// decoded-rows path.
 TEST(Matmul, EveryQuantisedTypeHasDirectDecodeKernels) {
   for (DType t : kTypes) {
     const bool is_int = mm::is_int_type(t);
@@ -199,7 +201,7 @@ TEST(Matmul, EveryQuantisedTypeHasDirectDecodeKernels) {
       for (int64_t m = 1; m <= 8; ++m) {
         EXPECT_TRUE(direct(m)) << dtype_name(t) << " m=" << m << " " << isa_name(isa);
       }
-      EXPECT_FALSE(direct(65)) << dtype_name(t) << " " << isa_name(isa);
+      EXPECT_FALSE(direct(mm::kMaxDirectRows + 1)) << dtype_name(t) << " " << isa_name(isa);
       if (!is_int) {
         EXPECT_FALSE(direct(9)) << dtype_name(t) << " " << isa_name(isa);
       }

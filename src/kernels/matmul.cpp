@@ -50,7 +50,7 @@ void prefetch_row(const WeightView& w, int64_t row, int64_t end) {
   for (size_t off = 0; off < w.row_bytes; off += 64) __builtin_prefetch(p + off, 0, ENCORE_PF_LOC);
 }
 
-int64_t rows_per_block(int64_t m) { return m <= 8 ? 4 : 16; }
+int64_t rows_per_block(int64_t m) { return m <= mm::kDecodeRows ? 4 : 16; }
 
 // Output rows are split between threads in whole register tiles, one
 // contiguous range per thread (each thread then streams one run of rows;

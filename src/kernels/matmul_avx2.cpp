@@ -422,7 +422,9 @@ struct LegacySub {
 // Up to 8 activation rows (two tiles of 1 x 4 sub-tiles: each block decoded
 // twice, still cheaper than decoding the rows into a buffer first, 8
 // streams measured ~10 % faster); beyond that the buffer wins.
-bool has_direct_avx2(DType t, int64_t m) { return is_int_type(t) && m <= 8; }  // every integer type
+bool has_direct_avx2(DType t, int64_t m) {  // every integer type
+  return is_int_type(t) && m <= kDecodeRows;
+}
 
 void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out, float* wm) {
@@ -586,7 +588,7 @@ void float_tile_avx2(int R, int C, const float* w, int64_t w_stride, const float
 // 2048 x 8192) and 1.5x end to end (`encore bench`, 8 streams of the 1b F16
 // model, 2 threads); above that (prefill) the two measured the same.
 bool has_direct_float_avx2(DType t, int64_t m) {
-  return m <= 8 && (t == DType::F16 || t == DType::BF16);
+  return m <= kDecodeRows && (t == DType::F16 || t == DType::BF16);
 }
 
 void direct_float_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,

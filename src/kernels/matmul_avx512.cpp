@@ -311,14 +311,14 @@ constexpr std::array<std::array<DirectFn, 4>, 4> direct_table() {
 bool has_direct_avx512(DType t, int64_t m) {
   switch (t) {
     case DType::Q8_0:
-      return m <= 64;
+      return m <= kMaxDirectRows;
     case DType::Q6_K:
       return m <= 32;
     case DType::Q4_K:
     case DType::Q5_K:
       return m <= 16;
     default:
-      return is_int_type(t) && m <= 8;
+      return is_int_type(t) && m <= kDecodeRows;
   }
 }
 
@@ -506,7 +506,7 @@ void float_tile_avx512(int R, int C, const float* w, int64_t w_stride, const flo
 #endif
 
 bool has_direct_float_avx512(DType t, int64_t m) {
-  return m <= 8 && (t == DType::F16 || t == DType::BF16);
+  return m <= kDecodeRows && (t == DType::F16 || t == DType::BF16);
 }
 
 void direct_float_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes,

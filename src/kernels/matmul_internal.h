@@ -66,6 +66,12 @@ inline constexpr int64_t kGroup = 32;   // values per activation group
 inline constexpr int64_t kPadTo = 256;  // K is padded to a multiple of this
 inline constexpr int kMaxTileR = 4;     // weight rows per register tile
 inline constexpr int kMaxTileC = 4;     // activation rows per register tile
+// Batches of up to kDecodeRows activation rows (decode, up to 8 streams)
+// take the direct kernels of every type a table has them for; a table may
+// keep them for larger batches (has_direct_avx512) but never beyond
+// kMaxDirectRows, so larger batches always run the decoded-rows path.
+inline constexpr int64_t kDecodeRows = 8;
+inline constexpr int64_t kMaxDirectRows = 64;
 
 inline int64_t padded_k(int64_t k) { return (k + kPadTo - 1) / kPadTo * kPadTo; }
 
