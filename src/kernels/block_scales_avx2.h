@@ -26,17 +26,17 @@ inline __m256 halves8(const uint8_t* p, size_t stride, int n) {
 }
 
 // The widened d of the eight 32-value blocks from p (n of them real, the
-// rest +0) of a LegacyBlock type; types with a min also write their m to
-// wm[0, 8) (+0 past n: the caller's padding entries stay zero).
+// rest +0) of a LegacyBlock type; types with a min also set *m8 to their m
+// (+0 past n, like the padding groups' wm).
 template <class B>
-inline __m256 legacy_scales8(const uint8_t* p, int n, float* wm) {
-  if constexpr (B::kMin >= 0) _mm256_storeu_ps(wm, halves8(p + B::kMin, B::kBytes, n));
+inline __m256 legacy_scales8(const uint8_t* p, int n, __m256* m8) {
+  if constexpr (B::kMin >= 0) *m8 = halves8(p + B::kMin, B::kBytes, n);
   return halves8(p, B::kBytes, n);
 }
 
-// Returns ws_j = d * sc_j for the block's 8 groups and writes
-// wm[j] = -(dmin * m_j); `block` points at its fp16 d, dmin and packed scales.
-inline __m256 k4_scales(const uint8_t* block, float* wm) {
+// Returns ws_j = d * sc_j for the block's 8 groups and sets
+// wm8[j] = -(dmin * m_j); `block` points at its fp16 d, dmin and packed scales.
+inline __m256 k4_scales(const uint8_t* block, __m256* wm8) {
   uint64_t sc, mn;
   unpack_k4_scales(block + 4, &sc, &mn);
   const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(rd32(block))));
@@ -47,7 +47,7 @@ inline __m256 k4_scales(const uint8_t* block, float* wm) {
   const __m256 mf =
       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
   // -(dmin * m): the negation is exact, so xor the sign of the product.
-  _mm256_storeu_ps(wm, _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f)));
+  *wm8 = _mm256_xor_ps(_mm256_mul_ps(dmin, mf), _mm256_set1_ps(-0.0f));
   return _mm256_mul_ps(d, scf);
 }
 

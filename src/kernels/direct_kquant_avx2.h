@@ -19,35 +19,39 @@ inline void prefetch_super_block_avx2(const uint8_t* p, size_t row_bytes) {
 }
 
 // Q4_K and Q5_K: ws_j = d * sc_j and wm_j = -(dmin * m_j) as decode computes
-// them (exact products); chunk c (32 bytes) gives group 2c (low nibbles) and
-// 2c + 1 (high nibbles); Q5_K adds bit 2c / 2c + 1 of qh[l] as bit 4. The
-// values (<= 31) are the u8 side of maddubs as they are. The scale product
-// of group j is lane j of ws8 * da8: the same rounded product int_subtile
-// forms from broadcasts.
+// them (exact products; the super-block's 8 groups are lanes 0..7 of accm, so
+// one fma per super-block is the offset term's accm[g % 8] step); chunk c (32 bytes) gives group 2c
+// (low nibbles) and 2c + 1 (high nibbles); Q5_K adds bit 2c / 2c + 1 of qh[l] as bit 4. The values
+// (<= 31) are the u8 side of maddubs as they are. The scale product of group j is lane j of ws8 *
+// da8: the same rounded product int_subtile forms from broadcasts.
 template <int R, int C, bool Q5>
 void q45_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
-                          int64_t i0, float* out, int ldo, float* wm) {
+                          int64_t i0, float* out, int ldo) {
   constexpr size_t kB = Q5 ? 176 : 144;  // sizeof(BlockQ5_K), sizeof(BlockQ4_K)
   constexpr size_t kQs = Q5 ? 48 : 16;
   const int64_t ng = a.kp / kGroup, nsb = k / 256;
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i k16 = _mm256_set1_epi8(0x10);
-  __m256 acc[C][R][2];
+  __m256 acc[C][R][2], accm[C][R];
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = accm[c][r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nsb; ++b) {
-    __m256 ws8[R];
+    __m256 ws8[R], wm8[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * kB;
       prefetch_super_block_avx2<kB>(p, row_bytes);
-      ws8[r] = k4_scales(p, wm + r * ng + 8 * b);
+      ws8[r] = k4_scales(p, &wm8[r]);
     }
     // The products, broadcast from memory per group (a load, no shuffle).
     alignas(32) float sd[C][R][8];
     for (int c = 0; c < C; ++c) {
       const __m256 da8 = _mm256_loadu_ps(a.d + (i0 + c) * ng + 8 * b);
-      for (int r = 0; r < R; ++r) _mm256_store_ps(sd[c][r], _mm256_mul_ps(ws8[r], da8));
+      const __m256 as8 = _mm256_loadu_ps(a.asum + (i0 + c) * ng + 8 * b);
+      for (int r = 0; r < R; ++r) {
+        _mm256_store_ps(sd[c][r], _mm256_mul_ps(ws8[r], da8));
+        accm[c][r] = _mm256_fmadd_ps(wm8[r], as8, accm[c][r]);
+      }
     }
     for (int ch = 0; ch < 4; ++ch) {
       __m256i wlo[R], whi[R];
@@ -83,8 +87,11 @@ void q45_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const A
       }
     }
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]) + reduce8(accm[c][r]);
+    }
+  }
 }
 
 // Q6_K: group j (0..3) of half h holds values 32j .. 32j + 31 of the half:

@@ -19,12 +19,13 @@ inline void prefetch_super_block(const uint8_t* p, size_t row_bytes) {
 // Q4_K and Q5_K. Per super-block the 6-bit scales and mins are unpacked
 // with integer ops (unpack_k4_scales: the values get_scale_min_k4 gives),
 // ws_j = d * sc_j and wm_j = -(dmin * m_j) as decode computes them (exact
-// products), and chunk c (32 bytes: low nibbles = group 2c, high nibbles =
-// group 2c + 1) is one register. Q5_K adds bit 2c (lower half) or 2c + 1
-// (upper half) of qh[l] as bit 4 of byte l.
+// products); the super-block's 8 groups are lanes 0..7 of accm, so one fma
+// per super-block is the offset term's accm[g % 8] step. Chunk c (32 bytes: low nibbles = group 2c,
+// high nibbles = group 2c + 1) is one register. Q5_K adds bit 2c (lower half) or 2c + 1 (upper
+// half) of qh[l] as bit 4 of byte l.
 template <int R, int C, bool Q5>
 void q45_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
-                  float* out, float* wm) {
+                  float* out) {
   constexpr size_t kB = Q5 ? 176 : 144;  // sizeof(BlockQ5_K), sizeof(BlockQ4_K)
   constexpr size_t kQs = Q5 ? 48 : 16;
   const int64_t ng = a.kp / kGroup, nsb = k / 256;
@@ -38,15 +39,16 @@ void q45_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& 
                                  _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1))), 1);
   }
   __m512 acc[C][R];
+  __m256 accm[C][R];
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps(), accm[c][r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nsb; ++b) {
-    __m256 ws8[R];  // [8] d * sc_j of this super-block, per row
-    __m512i qh[R];  // Q5_K: qh[0..31] in both halves
+    __m256 ws8[R], wm8[R];  // [8] d * sc_j and -(dmin * m_j) of this super-block, per row
+    __m512i qh[R];          // Q5_K: qh[0..31] in both halves
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * kB;
       prefetch_super_block<kB>(p, row_bytes);
-      ws8[r] = k4_scales(p, wm + r * ng + 8 * b);
+      ws8[r] = k4_scales(p, &wm8[r]);
       if constexpr (Q5) {
         qh[r] =
             _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
@@ -57,7 +59,11 @@ void q45_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& 
     __m256 sd[C][R];
     for (int c = 0; c < C; ++c) {
       const __m256 da8 = _mm256_loadu_ps(a.d + (i0 + c) * ng + 8 * b);
-      for (int r = 0; r < R; ++r) sd[c][r] = _mm256_mul_ps(ws8[r], da8);
+      const __m256 as8 = _mm256_loadu_ps(a.asum + (i0 + c) * ng + 8 * b);
+      for (int r = 0; r < R; ++r) {
+        sd[c][r] = _mm256_mul_ps(ws8[r], da8);
+        accm[c][r] = _mm256_fmadd_ps(wm8[r], as8, accm[c][r]);
+      }
     }
     for (int ch = 0; ch < 4; ++ch) {
       __m512i wv[R];
@@ -84,7 +90,7 @@ void q45_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& 
     }
   }
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]) + reduce8(accm[c][r]);
 }
 
 // Q6_K: register t (0..3) holds values 64t .. 64t + 63 of a super-block,

@@ -87,28 +87,16 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   // arithmetic.
   const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type, m);
   auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
-    if (direct) {
+    if (direct) {  // the kernels add the offset term themselves
       float out[mm::kMaxTileR * mm::kMaxTileC];
-      // wm of the tile's rows (types with an offset): [kMaxTileR, n_groups];
-      // the kernels write the first cols / 32 of each row (a few padding
-      // entries may be rewritten as +0), the padding stays 0.
-      std::vector<float> wm(with_min ? static_cast<size_t>(mm::kMaxTileR * n_groups) : 0, 0.0f);
       for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
         const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
         for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
           const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
           kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes,
-                         cols, act, i0, out, wm.data());
+                         cols, act, i0, out);
           for (int c = 0; c < C; ++c) {
-            for (int r = 0; r < R; ++r) {
-              float v = out[c * R + r];
-              // The padding groups past cols add nothing to accm (wm = asum = 0).
-              if (with_min) {
-                v +=
-                    kt.min_term(wm.data() + r * n_groups, act.asum + (i0 + c) * n_groups, n_groups);
-              }
-              y[(i0 + c) * rows + r0 + r] = canon(v);
-            }
+            for (int r = 0; r < R; ++r) y[(i0 + c) * rows + r0 + r] = canon(out[c * R + r]);
           }
         }
       }

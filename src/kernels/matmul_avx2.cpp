@@ -291,10 +291,13 @@ void int_tile_avx2(int R, int C, bool w_signed, const DecRows& dr, int64_t r0, c
 // bias * sum(q) of each pair is taken off in int16 (both sides <= 2 * 31 *
 // 127, so nothing saturates), which leaves exactly the canonical p. The scale products fl(d * da)
 // are made eight blocks at a time (one vcvtph2ps and one multiply per row and activation row) and
-// each block's is broadcast from there by a load. Types with a min write wm[r][b] = m.
+// each block's is broadcast from there by a load. Types with a min add the offset term: per
+// eight blocks one fma of their m (+0 past the row's end) and asum into accm (accm[g % 8] of
+// matmul_internal.h).
 template <int R, int C, class B>
 void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
-                           int64_t i0, float* out, int ldo, float* wm) {
+                           int64_t i0, float* out, int ldo) {
+  constexpr bool kMin = B::kMin >= 0;
   // Prefetch distance in weight rows (speed only): a steady trickle of
   // prefetches keeps the memory bus busy; prefetches never fault, so running
   // past the matrix end is harmless.
@@ -302,9 +305,9 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   const int64_t ng = a.kp / kGroup, nb = k / kGroup;
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i bias = _mm256_set1_epi8(B::kBias);
-  __m256 acc[C][R][2];
+  __m256 acc[C][R][2], accm[C][R];
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = accm[c][r] = _mm256_setzero_ps();
   alignas(32) float sc[R][C][8];  // fl(d * da) of blocks b8 + [0, 8)
   auto block = [&](int64_t b, int j) {
     const int h = j % 2;
@@ -340,8 +343,13 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   for (int64_t b8 = 0; b8 < nb; b8 += 8) {
     const int n = static_cast<int>(std::min<int64_t>(8, nb - b8));
     for (int r = 0; r < R; ++r) {
-      const __m256 d = legacy_scales8<B>(w + r * row_bytes + b8 * B::kBytes, n, wm + r * ng + b8);
+      __m256 m8;
+      const __m256 d = legacy_scales8<B>(w + r * row_bytes + b8 * B::kBytes, n, &m8);
       for (int c = 0; c < C; ++c) {
+        if constexpr (kMin) {
+          accm[c][r] =
+              _mm256_fmadd_ps(m8, _mm256_loadu_ps(a.asum + (i0 + c) * ng + b8), accm[c][r]);
+        }
         _mm256_store_ps(sc[r][c], _mm256_mul_ps(d, _mm256_loadu_ps(a.d + (i0 + c) * ng + b8)));
       }
     }
@@ -351,33 +359,34 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
       for (int j = 0; j < n; ++j) block(b8 + j, j);
     }
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+      if constexpr (kMin) out[c * ldo + r] += reduce8(accm[c][r]);
+    }
+  }
 }
 
 #include "kernels/direct_kquant_avx2.h"
 
 using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
-                                 int, float*);
+                                 int);
 
 // A direct tile of R x C from sub-tiles: 2 x 2 for up to two activation
 // rows, else one weight row by up to four activation rows (each block is
-// then decoded once per four activation rows, not per two); wm rows follow
-// the weight rows.
+// then decoded once per four activation rows, not per two).
 template <template <int, int> class F>
 void direct_tile_sub(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
-                     int64_t i0, float* out, float* wm) {
+                     int64_t i0, float* out) {
   static constexpr DirectSubtileFn kFns[2][2] = {{&F<1, 1>::run, &F<1, 2>::run},
                                                  {&F<2, 1>::run, &F<2, 2>::run}};
   static constexpr DirectSubtileFn kWide[2] = {&F<1, 3>::run, &F<1, 4>::run};
-  const int64_t ng = a.kp / kGroup;
   if (C > 2) {
     for (int r = 0; r < R; ++r) {
       for (int c = 0; c < C; c += 4) {
         const int cc = C - c >= 4 ? 4 : C - c;
         const DirectSubtileFn fn = cc > 2 ? kWide[cc - 3] : kFns[0][cc - 1];
-        fn(w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c, out + c * R + r, R,
-           wm != nullptr ? wm + r * ng : nullptr);
+        fn(w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c, out + c * R + r, R);
       }
     }
     return;
@@ -386,7 +395,7 @@ void direct_tile_sub(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
       kFns[rr - 1][cc - 1](w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c,
-                           out + c * R + r, R, wm != nullptr ? wm + r * ng : nullptr);
+                           out + c * R + r, R);
     }
   }
 }
@@ -396,15 +405,15 @@ struct Q45KSub {
   template <int R, int C>
   struct F {
     static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
-                    int ldo, float* wm) {
-      q45_k_direct_subtile<R, C, Q5>(w, rb, k, a, i0, o, ldo, wm);
+                    int ldo) {
+      q45_k_direct_subtile<R, C, Q5>(w, rb, k, a, i0, o, ldo);
     }
   };
 };
 template <int R, int C>
 struct Q6KSub {
   static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
-                  int ldo, float*) {
+                  int ldo) {
     q6_k_direct_subtile<R, C>(w, rb, k, a, i0, o, ldo);
   }
 };
@@ -413,8 +422,8 @@ struct LegacySub {
   template <int R, int C>
   struct F {
     static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* o,
-                    int ldo, float* wm) {
-      legacy_direct_subtile<R, C, B>(w, rb, k, a, i0, o, ldo, wm);
+                    int ldo) {
+      legacy_direct_subtile<R, C, B>(w, rb, k, a, i0, o, ldo);
     }
   };
 };
@@ -427,29 +436,29 @@ bool has_direct_avx2(DType t, int64_t m) {  // every integer type
 }
 
 void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
-                      const ActRows& a, int64_t i0, float* out, float* wm) {
+                      const ActRows& a, int64_t i0, float* out) {
   switch (t) {
     case DType::Q8_0:
       return direct_tile_sub<LegacySub<LegacyBlock<DType::Q8_0>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out, wm);
+                                                                     out);
     case DType::Q4_0:
       return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_0>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out, wm);
+                                                                     out);
     case DType::Q4_1:
       return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_1>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out, wm);
+                                                                     out);
     case DType::Q5_0:
       return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_0>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out, wm);
+                                                                     out);
     case DType::Q5_1:
       return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_1>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out, wm);
+                                                                     out);
     case DType::Q4_K:
-      return direct_tile_sub<Q45KSub<false>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
+      return direct_tile_sub<Q45KSub<false>::F>(R, C, w, row_bytes, k, a, i0, out);
     case DType::Q5_K:
-      return direct_tile_sub<Q45KSub<true>::F>(R, C, w, row_bytes, k, a, i0, out, wm);
+      return direct_tile_sub<Q45KSub<true>::F>(R, C, w, row_bytes, k, a, i0, out);
     default:  // Q6_K (has_direct_avx2)
-      return direct_tile_sub<Q6KSub>(R, C, w, row_bytes, k, a, i0, out, wm);
+      return direct_tile_sub<Q6KSub>(R, C, w, row_bytes, k, a, i0, out);
   }
 }
 

@@ -35,11 +35,16 @@ constexpr size_t kPrefetchRows = ENCORE_PF_ROWS2;
 
 // reduce16 of canonical.h on one register: acc[l] + acc[l + 8], then
 // s[l] + s[l + 4], then (s[0] + s[2]) + (s[1] + s[3]).
-inline float reduce16(__m512 a) {
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+// reduce8 of matmul_internal.h: s4[l] = a[l] + a[l + 4], then
+// (s4[0] + s4[2]) + (s4[1] + s4[3]).
+inline float reduce8(__m256 a) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   const __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+inline float reduce16(__m512 a) {
+  return reduce8(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
 }
 
 template <int R, int C, bool S>
@@ -164,12 +169,15 @@ void q8_0_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a
 // x4] per pair, which one broadcast load turns into the pair's scale lanes.
 // The unsigned values u = w + bias (<= 31) are the u8 side of vpdpbusd as
 // they are; with a bias the accumulator starts at -bias * sum(q) per lane:
-// sum(u * q) - bias * sum(q) = sum(w * q), exact in int32. Types with a min
-// write wm[r][b] = m. An odd last block runs with a zero upper half, whose q
-// are the zero padding (a no-op).
+// sum(u * q) - bias * sum(q) = sum(w * q), exact in int32. An odd last
+// block runs with a zero upper half, whose q are the zero padding (a
+// no-op). Types with a min add the offset term:
+// per eight blocks one fma of their m (+0 past the row's end) and asum into
+// accm, which is accm[g % 8] of matmul_internal.h.
 template <int R, int C, class B>
 void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
-                   float* out, float* wm) {
+                   float* out) {
+  constexpr bool kMin = B::kMin >= 0;
   const int64_t ng = a.kp / kGroup, nb = k / kGroup;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512i bias = _mm512_set1_epi8(B::kBias);
@@ -178,8 +186,9 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
   const __m512i idx_lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx_hi = _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
   __m512 acc[C][R];
+  __m256 accm[C][R];
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps(), accm[c][r] = _mm256_setzero_ps();
   alignas(64) float sc[R][C][32];  // [pair t][d(2t) da x4, d(2t+1) da x4] of blocks b8 + [0, 8)
   auto pair = [&](int64_t b, int t, bool has_hi) {
     __m512i wv[R];
@@ -221,8 +230,13 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
   for (int64_t b8 = 0; b8 < nb; b8 += 8) {
     const int n = static_cast<int>(std::min<int64_t>(8, nb - b8));
     for (int r = 0; r < R; ++r) {
-      const __m256 d = legacy_scales8<B>(w + r * row_bytes + b8 * B::kBytes, n, wm + r * ng + b8);
+      __m256 m8;
+      const __m256 d = legacy_scales8<B>(w + r * row_bytes + b8 * B::kBytes, n, &m8);
       for (int c = 0; c < C; ++c) {
+        if constexpr (kMin) {
+          accm[c][r] =
+              _mm256_fmadd_ps(m8, _mm256_loadu_ps(a.asum + (i0 + c) * ng + b8), accm[c][r]);
+        }
         const __m512 prod =
             _mm512_castps256_ps512(_mm256_mul_ps(d, _mm256_loadu_ps(a.d + (i0 + c) * ng + b8)));
         _mm512_store_ps(sc[r][c], _mm512_permutexvar_ps(idx_lo, prod));
@@ -236,21 +250,18 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
     }
   }
   // Lanes [g0 l0-3, g1 l0-3, g0 l4-7, g1 l4-7] back to [g0 l0-7, g1 l0-7].
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r)
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
       out[c * R + r] =
           reduce16(_mm512_shuffle_f32x4(acc[c][r], acc[c][r], _MM_SHUFFLE(3, 1, 2, 0)));
+      if constexpr (kMin) out[c * R + r] += reduce8(accm[c][r]);
+    }
+  }
 }
 
 #include "kernels/direct_kquant_avx512.h"
 
-using DirectFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*, float*);
-
-template <int R, int C>
-void q8_0_direct(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
-                 float*) {
-  q8_0_tile_t<R, C>(w, rb, k, a, i0, out);
-}
+using DirectFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*);
 
 template <template <int, int> class F, int R, int... Cs>
 constexpr auto drow_of(std::integer_sequence<int, Cs...>) {
@@ -259,9 +270,9 @@ constexpr auto drow_of(std::integer_sequence<int, Cs...>) {
 
 template <int R, int C>
 struct Q8Direct {
-  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
-                  float* wm) {
-    q8_0_direct<R, C>(w, rb, k, a, i0, out, wm);
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
+                  float* out) {
+    q8_0_tile_t<R, C>(w, rb, k, a, i0, out);
   }
 };
 template <class B>
@@ -269,8 +280,8 @@ struct LegacyDirect {
   template <int R, int C>
   struct F {
     static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
-                    float* out, float* wm) {
-      legacy_tile_t<R, C, B>(w, rb, k, a, i0, out, wm);
+                    float* out) {
+      legacy_tile_t<R, C, B>(w, rb, k, a, i0, out);
     }
   };
 };
@@ -279,15 +290,15 @@ struct Q45KDirect {
   template <int R, int C>
   struct F {
     static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
-                    float* out, float* wm) {
-      q45_k_tile_t<R, C, Q5>(w, rb, k, a, i0, out, wm);
+                    float* out) {
+      q45_k_tile_t<R, C, Q5>(w, rb, k, a, i0, out);
     }
   };
 };
 template <int R, int C>
 struct Q6KDirect {
-  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0, float* out,
-                  float*) {
+  static void run(const uint8_t* w, size_t rb, int64_t k, const ActRows& a, int64_t i0,
+                  float* out) {
     q6_k_tile_t<R, C>(w, rb, k, a, i0, out);
   }
 };
@@ -323,7 +334,7 @@ bool has_direct_avx512(DType t, int64_t m) {
 }
 
 void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
-                        const ActRows& a, int64_t i0, float* out, float* wm) {
+                        const ActRows& a, int64_t i0, float* out) {
   static constexpr auto kQ8 = direct_table<Q8Direct>();
   static constexpr auto kQ40 = direct_table<LegacyDirect<LegacyBlock<DType::Q4_0>>::F>();
   static constexpr auto kQ41 = direct_table<LegacyDirect<LegacyBlock<DType::Q4_1>>::F>();
@@ -359,7 +370,7 @@ void direct_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_byte
       table = &kQ6K;
       break;  // Q6_K (has_direct_avx512)
   }
-  (*table)[R - 1][C - 1](w, row_bytes, k, a, i0, out, wm);
+  (*table)[R - 1][C - 1](w, row_bytes, k, a, i0, out);
 }
 
 using IntTileFn = void (*)(const DecRows&, int64_t, const ActRows&, int64_t, float*);

@@ -114,16 +114,16 @@ struct IsaKernels {
                      int64_t x_stride, int64_t k, float* out);
   // Widens a row of F16/BF16 (exact) or F32 into dst: [k].
   void (*widen)(DType t, const uint8_t* src, int64_t k, float* dst);
-  // Optional (null, or false from has_direct = decode + int_tile): the
-  // int_tile result read straight from the blocks of R weight rows (starting
-  // at w, row_bytes apart, k values each), for the batch sizes (at least
-  // 1 to 8 rows) where decoding into a buffer first costs more. Same operations,
-  // same bits. Types with an offset also write each row's wm: [R, kp / 32]
-  // (entries past k / 32 are left as they are or written +0: the caller
-  // zeroes them, and the buffer spans kp / 32 per row).
+  // Optional (null, or false from has_direct = decode + int_tile): y itself
+  // (int_tile's result plus, for types with an offset, min_term's) read
+  // straight from the blocks of R weight rows (starting at w, row_bytes
+  // apart, k values each), for the batch sizes (at least 1 to 8 rows) where
+  // decoding into a buffer first costs more. Same operations, same bits
+  // (the offset term in registers, not through a wm buffer and a second
+  // pass: that pass cost ~7 % of a Q4_K decode step).
   bool (*has_direct)(DType t, int64_t m);  // m: activation rows of the call
   void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
-                      const ActRows& a, int64_t i0, float* out, float* wm);
+                      const ActRows& a, int64_t i0, float* out);
   // Optional (null, or false from has_direct_float = widen + float_tile):
   // the float_tile result read straight from R rows of F16/BF16 weights
   // (row_bytes apart), for small batches. Same operations, same bits.
