@@ -1,8 +1,10 @@
-// Block scales read with AVX2 + F16C (the fp16 fields of eight 32-value
-// blocks, the scales of a Q4_K/Q5_K super-block), shared by the direct
-// kernels of both SIMD ISAs (included by matmul_avx2.cpp and
-// matmul_avx512.cpp, which are compiled with AVX2 and F16C). Exact: the
-// same values decode computes.
+// Pieces shared by the integer kernels of both SIMD ISAs (included by
+// matmul_avx2.cpp and matmul_avx512.cpp, which are compiled with AVX2 and
+// F16C): block scales (the fp16 fields of eight 32-value blocks, the scales
+// of a Q4_K/Q5_K super-block; exact, the same values decode computes),
+// reduce8 and the offset term of a tile. In an anonymous namespace: each
+// file gets its own copy, compiled for its own ISA (one shared inline copy
+// could be the AVX-512 one, called from the AVX2 kernels).
 #pragma once
 
 #include <immintrin.h>
@@ -10,6 +12,52 @@
 #include "kernels/matmul_internal.h"
 
 namespace encore::kernels::mm {
+namespace {
+
+// reduce8 of matmul_internal.h on one 8-lane register: s4[l] = a[l] +
+// a[l + 4], then (s4[0] + s4[2]) + (s4[1] + s4[3]).
+inline float reduce8(__m256 a) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // s4[0]+s4[2], s4[1]+s4[3]
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// The offset term of an R x C tile of decoded rows, added to its outputs:
+// out[c * ldo + r] += reduce8(accm) with accm[g % 8] = fma(wm_g, asum_g, .)
+// over all ng groups (a multiple of 8; the padding has wm = asum = 0) of
+// weight row r (wm: [R, ng]) and activation row c (asum: [C, ng]). The R x C
+// chains run side by side, once per tile, not one pass per output.
+template <int R, int C>
+void add_min_terms_t(const float* wm, const float* asum, int64_t ng, float* out, int ldo) {
+  __m256 am[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) am[c][r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; g += 8) {
+    __m256 as[C];
+    for (int c = 0; c < C; ++c) as[c] = _mm256_loadu_ps(asum + c * ng + g);
+    for (int r = 0; r < R; ++r) {
+      const __m256 w8 = _mm256_loadu_ps(wm + r * ng + g);
+      for (int c = 0; c < C; ++c) am[c][r] = _mm256_fmadd_ps(w8, as[c], am[c][r]);
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) out[c * ldo + r] += reduce8(am[c][r]);
+}
+
+// add_min_terms_t for 1 <= R, C <= 4 (kMaxTileR, kMaxTileC).
+inline void add_min_terms(int R, int C, const float* wm, const float* asum, int64_t ng, float* out,
+                          int ldo) {
+  using Fn = void (*)(const float*, const float*, int64_t, float*, int);
+  static constexpr Fn kFns[4][4] = {{&add_min_terms_t<1, 1>, &add_min_terms_t<1, 2>,
+                                     &add_min_terms_t<1, 3>, &add_min_terms_t<1, 4>},
+                                    {&add_min_terms_t<2, 1>, &add_min_terms_t<2, 2>,
+                                     &add_min_terms_t<2, 3>, &add_min_terms_t<2, 4>},
+                                    {&add_min_terms_t<3, 1>, &add_min_terms_t<3, 2>,
+                                     &add_min_terms_t<3, 3>, &add_min_terms_t<3, 4>},
+                                    {&add_min_terms_t<4, 1>, &add_min_terms_t<4, 2>,
+                                     &add_min_terms_t<4, 3>, &add_min_terms_t<4, 4>}};
+  kFns[R - 1][C - 1](wm, asum, ng, out, ldo);
+}
 
 // Eight fp16 fields of consecutive blocks (`stride` bytes apart, the first
 // at p), widened (exact); blocks past n (n < 8 at a row's end) read as +0.
@@ -51,4 +99,5 @@ inline __m256 k4_scales(const uint8_t* block, __m256* wm8) {
   return _mm256_mul_ps(d, scf);
 }
 
+}  // namespace
 }  // namespace encore::kernels::mm

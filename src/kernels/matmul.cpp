@@ -121,14 +121,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
           const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
           kt.int_tile(R, C, w_signed, dec, r0, act, i0, out);
           for (int c = 0; c < C; ++c) {
-            for (int r = 0; r < R; ++r) {
-              float v = out[c * R + r];
-              if (with_min) {
-                v += kt.min_term(dec.wm + (r0 + r) * n_groups, act.asum + (i0 + c) * n_groups,
-                                 n_groups);
-              }
-              y[(i0 + c) * rows + rb + r0 + r] = canon(v);
-            }
+            for (int r = 0; r < R; ++r) y[(i0 + c) * rows + rb + r0 + r] = canon(out[c * R + r]);
           }
         }
       }

@@ -21,13 +21,6 @@
 namespace encore::kernels::mm {
 namespace {
 
-// reduce8 of matmul_internal.h on one 8-lane register.
-inline float reduce8(__m256 a) {
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // s4[0]+s4[2], s4[1]+s4[3]
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
 // reduce16 (canonical.h) of lanes lo = acc[0..7], hi = acc[8..15].
 inline float reduce16(__m256 lo, __m256 hi) { return reduce8(_mm256_add_ps(lo, hi)); }
 
@@ -280,6 +273,10 @@ void int_tile_avx2(int R, int C, bool w_signed, const DecRows& dr, int64_t r0, c
   } else {
     int_tile_s<false>(R, C, dr, r0, a, i0, out);
   }
+  if (dr.wm != nullptr) {
+    const int64_t ng = a.kp / kGroup;
+    add_min_terms(R, C, dr.wm + r0 * ng, a.asum + i0 * ng, ng, out, R);
+  }
 }
 
 // int_subtile<R, C, S> for the 32-value block types Q8_0, Q4_0, Q4_1, Q5_0,
@@ -462,14 +459,6 @@ void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
   }
 }
 
-float min_term_avx2(const float* wm, const float* asum, int64_t n_groups) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t g = 0; g < n_groups; g += 8) {  // n_groups is a multiple of 8 (kPadTo)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(wm + g), _mm256_loadu_ps(asum + g), acc);
-  }
-  return reduce8(acc);
-}
-
 inline __m256i tail_mask(int64_t n) {  // lanes < n set (n may be <= 0 or >= 8)
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const int nn = n < 0 ? 0 : (n > 8 ? 8 : static_cast<int>(n));
@@ -634,10 +623,9 @@ void widen_avx2(DType t, const uint8_t* src, int64_t k, float* dst) {
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels k{quantize_act_avx2,     decode_avx2,      int_tile_avx2,
-                            min_term_avx2,         float_tile_avx2,  widen_avx2,
-                            has_direct_avx2,       direct_tile_avx2, has_direct_float_avx2,
-                            direct_float_tile_avx2};
+  static const IsaKernels k{
+      quantize_act_avx2, decode_avx2,      int_tile_avx2,         float_tile_avx2,       widen_avx2,
+      has_direct_avx2,   direct_tile_avx2, has_direct_float_avx2, direct_float_tile_avx2};
   return k;
 }
 

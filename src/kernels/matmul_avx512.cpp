@@ -34,15 +34,7 @@ namespace {
 constexpr size_t kPrefetchRows = ENCORE_PF_ROWS2;
 
 // reduce16 of canonical.h on one register: acc[l] + acc[l + 8], then
-// s[l] + s[l + 4], then (s[0] + s[2]) + (s[1] + s[3]).
-// reduce8 of matmul_internal.h: s4[l] = a[l] + a[l + 4], then
-// (s4[0] + s4[2]) + (s4[1] + s4[3]).
-inline float reduce8(__m256 a) {
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
+// reduce8 (block_scales_avx2.h).
 inline float reduce16(__m512 a) {
   return reduce8(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
 }
@@ -391,6 +383,10 @@ void int_tile_avx512(int R, int C, bool w_signed, const DecRows& dr, int64_t r0,
   static constexpr auto kSigned = int_table<true>();
   static constexpr auto kUnsigned = int_table<false>();
   (w_signed ? kSigned : kUnsigned)[R - 1][C - 1](dr, r0, a, i0, out);
+  if (dr.wm != nullptr) {
+    const int64_t ng = a.kp / kGroup;
+    add_min_terms(R, C, dr.wm + r0 * ng, a.asum + i0 * ng, ng, out, R);
+  }
 }
 
 // Weight loaders of the float tiles: 16 values of a row from index i, exact

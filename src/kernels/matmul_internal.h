@@ -103,24 +103,22 @@ struct IsaKernels {
   void (*quantize_act)(const float* x, int64_t k, const ActRows& a, int64_t i);
   // Decodes weight row `src` (k values of type t) into row `r` of d.
   void (*decode)(DType t, const uint8_t* src, int64_t k, const DecRows& d, int64_t r);
-  // Integer tile: out[c * R + r] = reduce16(acc) for weight rows r0 + [0, R)
-  // and activation rows i0 + [0, C); 1 <= R <= 4, 1 <= C <= 4.
+  // Integer tile: out[c * R + r] = y = reduce16(acc) (+ reduce8(accm) where
+  // d.wm is set: types with an offset) for weight rows r0 + [0, R) and
+  // activation rows i0 + [0, C); 1 <= R <= 4, 1 <= C <= 4.
   void (*int_tile)(int R, int C, bool w_signed, const DecRows& d, int64_t r0, const ActRows& a,
                    int64_t i0, float* out);
-  // The offset term reduce8(accm) for one pair.
-  float (*min_term)(const float* wm, const float* asum, int64_t n_groups);
   // Float tile: out[c * R + r] = dot_canonical(w + r * ws, x + c * xs, k).
   void (*float_tile)(int R, int C, const float* w, int64_t w_stride, const float* x,
                      int64_t x_stride, int64_t k, float* out);
   // Widens a row of F16/BF16 (exact) or F32 into dst: [k].
   void (*widen)(DType t, const uint8_t* src, int64_t k, float* dst);
-  // Optional (null, or false from has_direct = decode + int_tile): y itself
-  // (int_tile's result plus, for types with an offset, min_term's) read
+  // Optional (null, or false from has_direct = decode + int_tile): y, as
+  // int_tile gives it, read
   // straight from the blocks of R weight rows (starting at w, row_bytes
   // apart, k values each), for the batch sizes (at least 1 to 8 rows) where
   // decoding into a buffer first costs more. Same operations, same bits
-  // (the offset term in registers, not through a wm buffer and a second
-  // pass: that pass cost ~7 % of a Q4_K decode step).
+  // (the offset term in registers, not through a wm buffer).
   bool (*has_direct)(DType t, int64_t m);  // m: activation rows of the call
   void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out);
@@ -204,7 +202,6 @@ const IsaKernels& avx512_kernels();
 // the rare types they have no SIMD code for.
 void decode_scalar(DType t, const uint8_t* src, int64_t k, const DecRows& d, int64_t r);
 void widen_scalar(DType t, const uint8_t* src, int64_t k, float* dst);
-float min_term_scalar(const float* wm, const float* asum, int64_t n_groups);
 // The fixed activation-group rule above for one group whose integer abs-max
 // bits are `ab`: writes q[32], returns da (asum via *asum).
 void quantize_group_scalar(const float* x, uint32_t ab, int8_t* q, float* da, float* asum);

@@ -194,6 +194,9 @@ void widen_scalar(DType t, const uint8_t* src, int64_t k, float* dst) {
   }
 }
 
+namespace {
+
+// The offset term reduce8(accm) of one (weight row, activation row) pair.
 float min_term_scalar(const float* wm, const float* asum, int64_t n_groups) {
   float accm[8] = {};
   for (int64_t g = 0; g < n_groups; ++g) accm[g % 8] = std::fma(wm[g], asum[g], accm[g % 8]);
@@ -201,8 +204,6 @@ float min_term_scalar(const float* wm, const float* asum, int64_t n_groups) {
   const float s2 = accm[2] + accm[6], s3 = accm[3] + accm[7];
   return (s0 + s2) + (s1 + s3);
 }
-
-namespace {
 
 void int_tile_scalar(int R, int C, bool, const DecRows& dr, int64_t r0, const ActRows& a,
                      int64_t i0, float* out) {
@@ -224,6 +225,10 @@ void int_tile_scalar(int R, int C, bool, const DecRows& dr, int64_t r0, const Ac
         }
       }
       out[c * R + r] = reduce16(acc);
+      if (dr.wm != nullptr) {
+        out[c * R + r] +=
+            min_term_scalar(dr.wm + (r0 + r) * n_groups, a.asum + (i0 + c) * n_groups, n_groups);
+      }
     }
   }
 }
@@ -239,8 +244,8 @@ void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const flo
 }  // namespace
 
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels k{quantize_act_scalar, decode_scalar, int_tile_scalar, min_term_scalar,
-                            float_tile_scalar,   widen_scalar,  nullptr,         nullptr};
+  static const IsaKernels k{quantize_act_scalar, decode_scalar, int_tile_scalar, float_tile_scalar,
+                            widen_scalar,        nullptr,       nullptr};
   return k;
 }
 
