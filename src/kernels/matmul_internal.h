@@ -113,12 +113,11 @@ struct IsaKernels {
                      int64_t x_stride, int64_t k, float* out);
   // Widens a row of F16/BF16 (exact) or F32 into dst: [k].
   void (*widen)(DType t, const uint8_t* src, int64_t k, float* dst);
-  // Optional (null, or false from has_direct = decode + int_tile): y, as
-  // int_tile gives it, read
-  // straight from the blocks of R weight rows (starting at w, row_bytes
-  // apart, k values each), for the batch sizes (at least 1 to 8 rows) where
-  // decoding into a buffer first costs more. Same operations, same bits
-  // (the offset term in registers, not through a wm buffer).
+  // Optional (null, or false from has_direct = decode + int_tile): y as
+  // int_tile gives it (offset term included), read straight from the blocks
+  // of R weight rows (starting at w, row_bytes apart, k values each), for
+  // the batch sizes (at least 1 to 8 rows) where decoding into a buffer
+  // first costs more. Same operations, same bits.
   bool (*has_direct)(DType t, int64_t m);  // m: activation rows of the call
   void (*direct_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes, int64_t k,
                       const ActRows& a, int64_t i0, float* out);
