@@ -25,23 +25,28 @@ inline float reduce8(__m256 a) {
 // The offset term of an R x C tile of decoded rows, added to its outputs:
 // out[c * ldo + r] += reduce8(accm) with accm[g % 8] = fma(wm_g, asum_g, .)
 // over all ng groups (a multiple of 8; the padding has wm = asum = 0) of
-// weight row r (wm: [R, ng]) and activation row c (asum: [C, ng]). The R x C
-// chains run side by side, once per tile, not one pass per output.
+// weight row r (wm: [R, ng]) and activation row c (asum: [C, ng]). The
+// chains of two activation rows run side by side (2 R <= 8 accumulators,
+// two asum and one wm register: they fit AVX2's 16 registers), once per
+// tile, not one pass per output.
 template <int R, int C>
 void add_min_terms_t(const float* wm, const float* asum, int64_t ng, float* out, int ldo) {
-  __m256 am[C][R];
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) am[c][r] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < ng; g += 8) {
-    __m256 as[C];
-    for (int c = 0; c < C; ++c) as[c] = _mm256_loadu_ps(asum + c * ng + g);
-    for (int r = 0; r < R; ++r) {
-      const __m256 w8 = _mm256_loadu_ps(wm + r * ng + g);
-      for (int c = 0; c < C; ++c) am[c][r] = _mm256_fmadd_ps(w8, as[c], am[c][r]);
+  for (int c0 = 0; c0 < C; c0 += 2) {
+    const int cn = C - c0 < 2 ? 1 : 2;
+    __m256 am[2][R];
+    for (int c = 0; c < 2; ++c)
+      for (int r = 0; r < R; ++r) am[c][r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g += 8) {
+      __m256 as[2];
+      for (int c = 0; c < cn; ++c) as[c] = _mm256_loadu_ps(asum + (c0 + c) * ng + g);
+      for (int r = 0; r < R; ++r) {
+        const __m256 w8 = _mm256_loadu_ps(wm + r * ng + g);
+        for (int c = 0; c < cn; ++c) am[c][r] = _mm256_fmadd_ps(w8, as[c], am[c][r]);
+      }
     }
+    for (int c = 0; c < cn; ++c)
+      for (int r = 0; r < R; ++r) out[(c0 + c) * ldo + r] += reduce8(am[c][r]);
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * ldo + r] += reduce8(am[c][r]);
 }
 
 // add_min_terms_t for 1 <= R, C <= 4 (kMaxTileR, kMaxTileC).

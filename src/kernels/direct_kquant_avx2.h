@@ -20,10 +20,11 @@ inline void prefetch_super_block_avx2(const uint8_t* p, size_t row_bytes) {
 
 // Q4_K and Q5_K: ws_j = d * sc_j and wm_j = -(dmin * m_j) as decode computes
 // them (exact products; the super-block's 8 groups are lanes 0..7 of accm, so
-// one fma per super-block is the offset term's accm[g % 8] step); chunk c (32 bytes) gives group 2c
-// (low nibbles) and 2c + 1 (high nibbles); Q5_K adds bit 2c / 2c + 1 of qh[l] as bit 4. The values
-// (<= 31) are the u8 side of maddubs as they are. The scale product of group j is lane j of ws8 *
-// da8: the same rounded product int_subtile forms from broadcasts.
+// one fma per super-block is the offset term's accm[g % 8] step); chunk c (32
+// bytes) gives group 2c (low nibbles) and 2c + 1 (high nibbles); Q5_K adds
+// bit 2c / 2c + 1 of qh[l] as bit 4. The values (<= 31) are the u8 side of
+// maddubs as they are. The scale product of group j is lane j of ws8 * da8:
+// the same rounded product int_subtile forms from broadcasts.
 template <int R, int C, bool Q5>
 void q45_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
                           int64_t i0, float* out, int ldo) {

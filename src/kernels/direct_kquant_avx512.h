@@ -16,13 +16,13 @@ inline void prefetch_super_block(const uint8_t* p, size_t row_bytes) {
   if constexpr (kB > 192) _mm_prefetch(ahead + kB - 1, _MM_HINT_T0);
 }
 
-// Q4_K and Q5_K. Per super-block the 6-bit scales and mins are unpacked
-// with integer ops (unpack_k4_scales: the values get_scale_min_k4 gives),
-// ws_j = d * sc_j and wm_j = -(dmin * m_j) as decode computes them (exact
-// products); the super-block's 8 groups are lanes 0..7 of accm, so one fma
-// per super-block is the offset term's accm[g % 8] step. Chunk c (32 bytes: low nibbles = group 2c,
-// high nibbles = group 2c + 1) is one register. Q5_K adds bit 2c (lower half) or 2c + 1 (upper
-// half) of qh[l] as bit 4 of byte l.
+// Q4_K and Q5_K. Per super-block the 6-bit scales and mins are unpacked with
+// integer ops (unpack_k4_scales: the values get_scale_min_k4 gives), ws_j = d
+// * sc_j and wm_j = -(dmin * m_j) as decode computes them (exact products);
+// the super-block's 8 groups are lanes 0..7 of accm, so one fma per
+// super-block is the offset term's accm[g % 8] step. Chunk c (32 bytes: low
+// nibbles = group 2c, high nibbles = group 2c + 1) is one register. Q5_K adds
+// bit 2c (lower half) or 2c + 1 (upper half) of qh[l] as bit 4 of byte l.
 template <int R, int C, bool Q5>
 void q45_k_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
                   float* out) {

@@ -281,15 +281,16 @@ void int_tile_avx2(int R, int C, bool w_signed, const DecRows& dr, int64_t r0, c
 
 // int_subtile<R, C, S> for the 32-value block types Q8_0, Q4_0, Q4_1, Q5_0,
 // Q5_1 read straight from the blocks (layout in LegacyBlock,
-// matmul_internal.h), instead of the decoded buffer, for small batches:
-// block b is group b and goes to acc[..][b % 2] as in int_subtile. Q8_0's
-// signed values take int_subtile's abs/sign form. Otherwise the unsigned
-// values u = w + bias (<= 31) are the u8 side of maddubs as they are, and
-// bias * sum(q) of each pair is taken off in int16 (both sides <= 2 * 31 *
-// 127, so nothing saturates), which leaves exactly the canonical p. The scale products fl(d * da)
-// are made eight blocks at a time (one vcvtph2ps and one multiply per row and activation row) and
-// each block's is broadcast from there by a load. Types with a min add the offset term: per
-// eight blocks one fma of their m (+0 past the row's end) and asum into accm (accm[g % 8] of
+// matmul_internal.h), instead of the decoded buffer, for small batches: block
+// b is group b and goes to acc[..][b % 2] as in int_subtile. Q8_0's signed
+// values take int_subtile's abs/sign form. Otherwise the unsigned values u =
+// w + bias (<= 31) are the u8 side of maddubs as they are, and bias * sum(q)
+// of each pair is taken off in int16 (both sides <= 2 * 31 * 127, so nothing
+// saturates), which leaves exactly the canonical p. The scale products fl(d *
+// da) are made eight blocks at a time (one vcvtph2ps and one multiply per row
+// and activation row) and each block's is broadcast from there by a load.
+// Types with a min add the offset term: per eight blocks one fma of their m
+// (+0 past the row's end) and asum into accm (accm[g % 8] of
 // matmul_internal.h).
 template <int R, int C, class B>
 void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,

@@ -73,7 +73,14 @@ inline constexpr int kMaxTileC = 4;     // activation rows per register tile
 inline constexpr int64_t kDecodeRows = 8;
 inline constexpr int64_t kMaxDirectRows = 64;
 
+// The inline helpers of this header sit in an anonymous namespace: it is
+// included by files compiled for different ISAs (matmul_avx2.cpp with BMI2,
+// matmul_avx512.cpp with AVX-512), and a shared inline copy that the
+// compiler did not inline could be the one built for the wider ISA, then
+// called from the scalar or AVX2 path. Each file keeps its own copy.
+namespace {
 inline int64_t padded_k(int64_t k) { return (k + kPadTo - 1) / kPadTo * kPadTo; }
+}  // namespace
 
 // True for the weight types that take the integer path.
 bool is_int_type(DType t);
@@ -166,6 +173,8 @@ struct LegacyBlock<DType::Q8_0> {
   static constexpr bool kInt8 = true;
 };
 
+namespace {  // see padded_k
+
 // Unaligned little-endian loads from weight bytes.
 inline uint16_t rd16(const uint8_t* p) {
   uint16_t v;
@@ -192,6 +201,8 @@ inline void unpack_k4_scales(const uint8_t* packed, uint64_t* sc, uint64_t* mn) 
   *sc = sc_lo | uint64_t{sc_hi} << 32;
   *mn = m_lo | uint64_t{m_hi} << 32;
 }
+
+}  // namespace
 
 const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
