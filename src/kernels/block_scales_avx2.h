@@ -23,14 +23,14 @@ inline float reduce8(__m256 a) {
 }
 
 // The offset term of an R x C tile of decoded rows, added to its outputs:
-// out[c * ldo + r] += reduce8(accm) with accm[g % 8] = fma(wm_g, asum_g, .)
+// out[c * R + r] += reduce8(accm) with accm[g % 8] = fma(wm_g, asum_g, .)
 // over all ng groups (a multiple of 8; the padding has wm = asum = 0) of
 // weight row r (wm: [R, ng]) and activation row c (asum: [C, ng]). The
 // chains of two activation rows run side by side (2 R <= 8 accumulators,
 // two asum and one wm register: they fit AVX2's 16 registers), once per
 // tile, not one pass per output.
 template <int R, int C>
-void add_min_terms_t(const float* wm, const float* asum, int64_t ng, float* out, int ldo) {
+void add_min_terms_t(const float* wm, const float* asum, int64_t ng, float* out) {
   for (int c0 = 0; c0 < C; c0 += 2) {
     const int cn = C - c0 < 2 ? 1 : 2;
     __m256 am[2][R];
@@ -45,14 +45,17 @@ void add_min_terms_t(const float* wm, const float* asum, int64_t ng, float* out,
       }
     }
     for (int c = 0; c < cn; ++c)
-      for (int r = 0; r < R; ++r) out[(c0 + c) * ldo + r] += reduce8(am[c][r]);
+      for (int r = 0; r < R; ++r) out[(c0 + c) * R + r] += reduce8(am[c][r]);
   }
 }
 
-// add_min_terms_t for 1 <= R, C <= 4 (kMaxTileR, kMaxTileC).
-inline void add_min_terms(int R, int C, const float* wm, const float* asum, int64_t ng, float* out,
-                          int ldo) {
-  using Fn = void (*)(const float*, const float*, int64_t, float*, int);
+// What both ISAs' int_tile add to their R x C tile (1 <= R, C <= 4) of
+// decoded rows r0.. and activation rows i0..: nothing unless the type has
+// an offset (d.wm set).
+inline void add_min_terms(int R, int C, const DecRows& d, int64_t r0, const ActRows& a, int64_t i0,
+                          float* out) {
+  if (d.wm == nullptr) return;
+  using Fn = void (*)(const float*, const float*, int64_t, float*);
   static constexpr Fn kFns[4][4] = {{&add_min_terms_t<1, 1>, &add_min_terms_t<1, 2>,
                                      &add_min_terms_t<1, 3>, &add_min_terms_t<1, 4>},
                                     {&add_min_terms_t<2, 1>, &add_min_terms_t<2, 2>,
@@ -61,7 +64,8 @@ inline void add_min_terms(int R, int C, const float* wm, const float* asum, int6
                                      &add_min_terms_t<3, 3>, &add_min_terms_t<3, 4>},
                                     {&add_min_terms_t<4, 1>, &add_min_terms_t<4, 2>,
                                      &add_min_terms_t<4, 3>, &add_min_terms_t<4, 4>}};
-  kFns[R - 1][C - 1](wm, asum, ng, out, ldo);
+  const int64_t ng = a.kp / kGroup;
+  kFns[R - 1][C - 1](d.wm + r0 * ng, a.asum + i0 * ng, ng, out);
 }
 
 // Eight fp16 fields of consecutive blocks (`stride` bytes apart, the first

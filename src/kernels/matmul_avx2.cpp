@@ -273,10 +273,7 @@ void int_tile_avx2(int R, int C, bool w_signed, const DecRows& dr, int64_t r0, c
   } else {
     int_tile_s<false>(R, C, dr, r0, a, i0, out);
   }
-  if (dr.wm != nullptr) {
-    const int64_t ng = a.kp / kGroup;
-    add_min_terms(R, C, dr.wm + r0 * ng, a.asum + i0 * ng, ng, out, R);
-  }
+  add_min_terms(R, C, dr, r0, a, i0, out);
 }
 
 // int_subtile<R, C, S> for the 32-value block types Q8_0, Q4_0, Q4_1, Q5_0,

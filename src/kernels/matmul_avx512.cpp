@@ -383,10 +383,7 @@ void int_tile_avx512(int R, int C, bool w_signed, const DecRows& dr, int64_t r0,
   static constexpr auto kSigned = int_table<true>();
   static constexpr auto kUnsigned = int_table<false>();
   (w_signed ? kSigned : kUnsigned)[R - 1][C - 1](dr, r0, a, i0, out);
-  if (dr.wm != nullptr) {
-    const int64_t ng = a.kp / kGroup;
-    add_min_terms(R, C, dr.wm + r0 * ng, a.asum + i0 * ng, ng, out, R);
-  }
+  add_min_terms(R, C, dr, r0, a, i0, out);
 }
 
 // Weight loaders of the float tiles: 16 values of a row from index i, exact
