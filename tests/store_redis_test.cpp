@@ -56,14 +56,16 @@ TEST_F(RedisStoreTest, RoundTripsAndPipelines) {
 
 TEST_F(RedisStoreTest, TtlIsSetWithPxAndEntriesExpire) {
   auto s = open();
-  s->put(kKey, "short-lived", milliseconds(100));
+  // 1 s: long enough that spawning redis-cli on a loaded machine (a 100 ms
+  // TTL once expired before the PTTL below ran) cannot outlive it.
+  s->put(kKey, "short-lived", milliseconds(1000));
   const std::string keys = server_.cli("--scan --pattern 'encore:v1:*'");
   ASSERT_FALSE(keys.empty());
   const std::string key = keys.substr(0, keys.find('\n'));
   const long pttl = std::stol(server_.cli("PTTL " + key));
   EXPECT_GT(pttl, 0);
-  EXPECT_LE(pttl, 100);
-  std::this_thread::sleep_for(milliseconds(250));
+  EXPECT_LE(pttl, 1000);
+  std::this_thread::sleep_for(milliseconds(1300));
   EXPECT_FALSE(s->get(kKey).has_value());
   EXPECT_EQ(server_.cli("EXISTS " + key), "0\n") << "Redis kept an expired key";
 }
