@@ -3,6 +3,7 @@
 // thread count, the numbers are accurate, and odd inputs do not crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "encore/dtype.h"
 #include "encore/isa.h"
 #include "encore/thread_pool.h"
+#include "kernels/canonical.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_internal.h"
@@ -259,6 +261,45 @@ TEST(Matmul, ThreadCountInvariance) {
 // roundings per term). Integer types: each activation is rounded to a step of
 // da = amax_g / 127 of its 32-value group, so |err| <= sum_k |w_k| * amax_g /
 // 254; we allow that bound * 1.01 + 1e-5 * sum|w x| for the float sums.
+// The float prefill path blocks rows, activation rows and K (matmul.cpp):
+// every output must still be dot_canonical of its whole rows, on every ISA,
+// the scalar twin included. Shapes cross every blocking edge: K = 2131 is
+// three K blocks of up to 1024 with a 3-value tail after the last 16-value
+// step, 70 rows are a 64-row block plus a partial one ending in a 2-row
+// tile, 37 activation rows are a 32-row chunk plus a partial one ending in
+// a 1-row tile; the activations start off a cache line (copied) and on one.
+TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
+  const int64_t rows = 70, cols = 2131, m = 37;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    const Weights w = make_weights(t, rows, cols, 31);
+    std::vector<float> x_buf(static_cast<size_t>(m * cols + 32));
+    const auto acts = make_acts(m, cols, 32);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t shift : {0, 1}) {
+      // 64-byte aligned start, then one float past it.
+      float* x = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(x_buf.data()) + 63) &
+                                          ~uintptr_t{63}) +
+                 shift;
+      std::copy(acts.begin(), acts.end(), x);
+      for (Isa isa : kIsas) {
+        if (!isa_supported(isa)) continue;
+        std::vector<float> y(static_cast<size_t>(m * rows), -1.0f);
+        ThreadPool pool(2);
+        matmul(w.view, x, y.data(), m, &pool, isa);
+        int bad = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          get_row(w.view, r, row.data());
+          for (int64_t i = 0; i < m; ++i) {
+            const float ref = dot_canonical(row.data(), x + i * cols, cols);
+            if (std::bit_cast<uint32_t>(y[i * rows + r]) != std::bit_cast<uint32_t>(ref)) ++bad;
+          }
+        }
+        EXPECT_EQ(bad, 0) << dtype_name(t) << " isa=" << isa_name(isa) << " shift=" << shift;
+      }
+    }
+  }
+}
+
 TEST(Matmul, AccuracyAgainstDouble) {
   for (DType t : kTypes) {
     const int64_t cols = cols_for(t).back();

@@ -501,15 +501,20 @@ struct LoadBF16 {
   }
 };
 
-// Sub-tile of R <= 2 x C <= 2 canonical dot products over weight rows
-// `stride` bytes apart; 16 lanes = 2 registers. kAhead > 0: also prefetch
-// the same bytes kAhead rows further on (F16/BF16 rows read in place).
+// Sub-tile of R <= 2 x C <= 2 canonical dot products over k more values of
+// weight rows `stride` bytes apart, continuing their 16 lanes (2 registers)
+// at acc + 16 * (c * lda + r). kAhead > 0: also prefetch the same bytes
+// kAhead rows further on (F16/BF16 rows read in place).
 template <int R, int C, class L, size_t kAhead>
 void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
-                   float* out, int ldo) {
+                   float* acc_io, int lda) {
   __m256 acc[C][R][2];
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      acc[c][r][0] = _mm256_loadu_ps(acc_io + 16 * (c * lda + r));
+      acc[c][r][1] = _mm256_loadu_ps(acc_io + 16 * (c * lda + r) + 8);
+    }
+  }
   const int64_t k16 = k / 16 * 16;
   for (int64_t i = 0; i < k16; i += 16) {
     __m256 wv[R][2];
@@ -549,13 +554,18 @@ void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_st
       }
     }
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(acc_io + 16 * (c * lda + r), acc[c][r][0]);
+      _mm256_storeu_ps(acc_io + 16 * (c * lda + r) + 8, acc[c][r][1]);
+    }
+  }
 }
 
+// IsaKernels::float_tile on rows read with L, as 2 x 2 sub-tiles.
 template <class L, size_t kAhead>
-void float_tile_2x2(int R, int C, const uint8_t* w, size_t stride, const float* x, int64_t x_stride,
-                    int64_t k, float* out) {
+void float_block_2x2(int R, int C, const uint8_t* w, size_t stride, const float* x,
+                     int64_t x_stride, int64_t k, float* acc) {
   using Fn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*, int);
   static constexpr Fn kFns[2][2] = {
       {&float_subtile<1, 1, L, kAhead>, &float_subtile<1, 2, L, kAhead>},
@@ -563,16 +573,24 @@ void float_tile_2x2(int R, int C, const uint8_t* w, size_t stride, const float* 
   for (int c = 0; c < C; c += 2) {
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
-      kFns[rr - 1][cc - 1](w + r * stride, stride, x + c * x_stride, x_stride, k, out + c * R + r,
-                           R);
+      kFns[rr - 1][cc - 1](w + r * stride, stride, x + c * x_stride, x_stride, k,
+                           acc + 16 * (c * R + r), R);
     }
   }
 }
 
+// The whole dot products, out[j] for the pairs j < n of acc: [n][16].
+void reduce_pairs(const float* acc, int n, float* out) {
+  for (int j = 0; j < n; ++j) {
+    out[j] = reduce16(_mm256_loadu_ps(acc + 16 * j), _mm256_loadu_ps(acc + 16 * j + 8));
+  }
+}
+
 void float_tile_avx2(int R, int C, const float* w, int64_t w_stride, const float* x,
-                     int64_t x_stride, int64_t k, float* out) {
-  float_tile_2x2<LoadF32, 0>(R, C, reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float), x,
-                             x_stride, k, out);
+                     int64_t x_stride, int64_t k, float* acc, float* out) {
+  float_block_2x2<LoadF32, 0>(R, C, reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float),
+                              x, x_stride, k, acc);
+  if (out != nullptr) reduce_pairs(acc, R * C, out);
 }
 
 #ifndef ENCORE_PF_FLOAT
@@ -589,11 +607,13 @@ bool has_direct_float_avx2(DType t, int64_t m) {
 
 void direct_float_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                             const float* x, int64_t x_stride, int64_t k, float* out) {
+  float acc[kMaxTileR * kMaxTileC][16] = {};
   if (t == DType::F16) {
-    float_tile_2x2<LoadF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, out);
+    float_block_2x2<LoadF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, &acc[0][0]);
   } else {
-    float_tile_2x2<LoadBF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, out);
+    float_block_2x2<LoadBF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, &acc[0][0]);
   }
+  reduce_pairs(&acc[0][0], R * C, out);
 }
 
 void widen_avx2(DType t, const uint8_t* src, int64_t k, float* dst) {

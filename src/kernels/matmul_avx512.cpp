@@ -417,17 +417,17 @@ struct LoadBF16 {
   }
 };
 
-// The whole 16-value steps of float_tile_t (k16 values), accumulators left
-// in acc_out: [C * R][16]. Kept apart from the masked tail on purpose: with
-// the tail in the same function (as a second call of one step lambda, or
-// as a mask computed per step) GCC 12 kept the accumulators in memory and
+// The whole 16-value steps of float_block_t (k16 values), continuing the
+// accumulators acc: [C * R][16]. Kept apart from the masked tail on purpose:
+// with the tail in the same function (as a second call of one step lambda,
+// or as a mask computed per step) GCC 12 kept the accumulators in memory and
 // stored all R x C of them on every step; F16 prefill ran at half speed.
 template <int R, int C, class L, size_t kAhead>
 __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, const float* x,
-                                           int64_t x_stride, int64_t k16, float* acc_out) {
+                                           int64_t x_stride, int64_t k16, float* acc_io) {
   __m512 acc[C][R];
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_loadu_ps(acc_io + 16 * (c * R + r));
   auto step = [&](int64_t i) {
     __m512 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * stride, i);
@@ -453,18 +453,18 @@ __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, cons
     step(i);
   }
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc_out + 16 * (c * R + r), acc[c][r]);
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc_io + 16 * (c * R + r), acc[c][r]);
 }
 
-// R x C canonical dot products over rows of weights `stride` bytes apart.
+// R x C canonical dot products over k more values of rows of weights
+// `stride` bytes apart, continuing acc: [C * R][16] (IsaKernels::float_tile).
 // kAhead > 0: also prefetch the same bytes kAhead rows further on (the
 // direct F16/BF16 decode path reads the rows in place; speed only).
 template <int R, int C, class L, size_t kAhead>
-void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
-                  float* out) {
-  alignas(64) float acc[C * R][16];
+void float_block_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
+                   float* acc) {
   const int64_t k16 = k / 16 * 16;
-  float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, &acc[0][0]);
+  if (k16 > 0) float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc);
   if (k16 < k) {
     // Masked: lanes past k are not touched at all (an unmasked
     // fma(0, 0, -0) would turn a -0 lane, left by an underflowed negative
@@ -475,34 +475,49 @@ void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_str
     for (int c = 0; c < C; ++c) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + k16);
       for (int r = 0; r < R; ++r) {
-        const __m512 a = _mm512_load_ps(acc[c * R + r]);
-        _mm512_store_ps(acc[c * R + r], _mm512_mask3_fmadd_ps(wv[r], xv, a, m));
+        float* lanes = acc + 16 * (c * R + r);
+        _mm512_storeu_ps(lanes, _mm512_mask3_fmadd_ps(wv[r], xv, _mm512_loadu_ps(lanes), m));
       }
     }
   }
+}
+
+// The whole dot products: out[c * R + r] (the direct decode path).
+template <int R, int C, class L, size_t kAhead>
+void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
+                  float* out) {
+  alignas(64) float acc[C * R][16] = {};
+  float_block_t<R, C, L, kAhead>(w, stride, x, x_stride, k, &acc[0][0]);
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(_mm512_load_ps(acc[c * R + r]));
 }
 
 using FloatTileFn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*);
 
-template <class L, size_t kAhead, int R, int... Cs>
+template <bool kBlock, class L, size_t kAhead, int R, int... Cs>
 constexpr auto frow_of(std::integer_sequence<int, Cs...>) {
-  return std::array<FloatTileFn, sizeof...(Cs)>{&float_tile_t<R, Cs + 1, L, kAhead>...};
+  if constexpr (kBlock) {
+    return std::array<FloatTileFn, sizeof...(Cs)>{&float_block_t<R, Cs + 1, L, kAhead>...};
+  } else {
+    return std::array<FloatTileFn, sizeof...(Cs)>{&float_tile_t<R, Cs + 1, L, kAhead>...};
+  }
 }
 
-template <class L, size_t kAhead>
+// [R - 1][C - 1]: float_block_t (kBlock) or float_tile_t.
+template <bool kBlock, class L, size_t kAhead>
 constexpr std::array<std::array<FloatTileFn, 4>, 4> float_table() {
   constexpr auto seq = std::make_integer_sequence<int, 4>{};
-  return {frow_of<L, kAhead, 1>(seq), frow_of<L, kAhead, 2>(seq), frow_of<L, kAhead, 3>(seq),
-          frow_of<L, kAhead, 4>(seq)};
+  return {frow_of<kBlock, L, kAhead, 1>(seq), frow_of<kBlock, L, kAhead, 2>(seq),
+          frow_of<kBlock, L, kAhead, 3>(seq), frow_of<kBlock, L, kAhead, 4>(seq)};
 }
 
 void float_tile_avx512(int R, int C, const float* w, int64_t w_stride, const float* x,
-                       int64_t x_stride, int64_t k, float* out) {
-  static constexpr auto kTable = float_table<LoadF32, 0>();
+                       int64_t x_stride, int64_t k, float* acc, float* out) {
+  static constexpr auto kTable = float_table<true, LoadF32, 0>();
   kTable[R - 1][C - 1](reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float), x, x_stride,
-                       k, out);
+                       k, acc);
+  if (out == nullptr) return;
+  for (int j = 0; j < R * C; ++j) out[j] = reduce16(_mm512_loadu_ps(acc + 16 * j));
 }
 
 #ifndef ENCORE_PF_FLOAT
@@ -515,8 +530,8 @@ bool has_direct_float_avx512(DType t, int64_t m) {
 
 void direct_float_tile_avx512(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                               const float* x, int64_t x_stride, int64_t k, float* out) {
-  static constexpr auto kF16 = float_table<LoadF16, ENCORE_PF_FLOAT>();
-  static constexpr auto kBF16 = float_table<LoadBF16, ENCORE_PF_FLOAT>();
+  static constexpr auto kF16 = float_table<false, LoadF16, ENCORE_PF_FLOAT>();
+  static constexpr auto kBF16 = float_table<false, LoadBF16, ENCORE_PF_FLOAT>();
   (t == DType::F16 ? kF16 : kBF16)[R - 1][C - 1](w, row_bytes, x, x_stride, k, out);
 }
 

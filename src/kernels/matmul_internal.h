@@ -115,9 +115,16 @@ struct IsaKernels {
   // activation rows i0 + [0, C); 1 <= R <= 4, 1 <= C <= 4.
   void (*int_tile)(int R, int C, bool w_signed, const DecRows& d, int64_t r0, const ActRows& a,
                    int64_t i0, float* out);
-  // Float tile: out[c * R + r] = dot_canonical(w + r * ws, x + c * xs, k).
+  // Float tile, one block of K: continues the 16 lanes of dot_canonical
+  // (canonical.h) of weight row w + r * w_stride with activation row
+  // x + c * x_stride over their next k values, acc: [C * R][16] (pair
+  // (r, c) at acc + 16 * (c * R + r)), in and out. The block must start at
+  // a multiple of 16 within the rows, so lane l of the block is lane l of
+  // the whole dot product; the caller starts acc at +0 and finishes with
+  // out set (the last block): also out[c * R + r] = reduce16 of the pair's
+  // lanes. Lanes past k are left as they are (a -0 lane stays -0).
   void (*float_tile)(int R, int C, const float* w, int64_t w_stride, const float* x,
-                     int64_t x_stride, int64_t k, float* out);
+                     int64_t x_stride, int64_t k, float* acc, float* out);
   // Widens a row of F16/BF16 (exact) or F32 into dst: [k].
   void (*widen)(DType t, const uint8_t* src, int64_t k, float* dst);
   // Optional (null, or false from has_direct = decode + int_tile): y as
