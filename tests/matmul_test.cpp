@@ -256,50 +256,55 @@ TEST(Matmul, ThreadCountInvariance) {
   }
 }
 
-// Accuracy against a double dot over the dequantised weights and the original
-// float activations. Float types: |err| <= 1e-5 * sum|w x| (a few float
-// roundings per term). Integer types: each activation is rounded to a step of
-// da = amax_g / 127 of its 32-value group, so |err| <= sum_k |w_k| * amax_g /
-// 254; we allow that bound * 1.01 + 1e-5 * sum|w x| for the float sums.
 // The float prefill path blocks rows, activation rows and K (matmul.cpp):
 // every output must still be dot_canonical of its whole rows, on every ISA,
 // the scalar twin included. Shapes cross every blocking edge: K = 2131 is
 // three K blocks of up to 1024 with a 3-value tail after the last 16-value
-// step, 70 rows are a 64-row block plus a partial one ending in a 2-row
-// tile, 37 activation rows are a 32-row chunk plus a partial one ending in
-// a 1-row tile; the activations start off a cache line (copied) and on one.
+// step, K = 2048 two whole blocks; 70 rows are a 64-row block plus a partial
+// one ending in a 2-row tile (one thread; two threads split them), 43
+// activation rows a 32-row chunk plus a partial one ending in a 3-row tile;
+// the activations start on a cache line and one float past it.
 TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
-  const int64_t rows = 70, cols = 2131, m = 37;
+  const int64_t rows = 70, m = 43;
+  ThreadPool pool(2);
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
-    const Weights w = make_weights(t, rows, cols, 31);
-    std::vector<float> x_buf(static_cast<size_t>(m * cols + 32));
-    const auto acts = make_acts(m, cols, 32);
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t shift : {0, 1}) {
-      // 64-byte aligned start, then one float past it.
-      float* x = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(x_buf.data()) + 63) &
-                                          ~uintptr_t{63}) +
-                 shift;
-      std::copy(acts.begin(), acts.end(), x);
-      for (Isa isa : kIsas) {
-        if (!isa_supported(isa)) continue;
-        std::vector<float> y(static_cast<size_t>(m * rows), -1.0f);
-        ThreadPool pool(2);
-        matmul(w.view, x, y.data(), m, &pool, isa);
-        int bad = 0;
-        for (int64_t r = 0; r < rows; ++r) {
-          get_row(w.view, r, row.data());
-          for (int64_t i = 0; i < m; ++i) {
-            const float ref = dot_canonical(row.data(), x + i * cols, cols);
-            if (std::bit_cast<uint32_t>(y[i * rows + r]) != std::bit_cast<uint32_t>(ref)) ++bad;
+    for (int64_t cols : {2131, 2048}) {
+      const Weights w = make_weights(t, rows, cols, 31);
+      const auto acts = make_acts(m, cols, 32);
+      std::vector<float> x_buf(static_cast<size_t>(m * cols + 32));
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t shift : {0, 1}) {
+        float* x = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(x_buf.data()) + 63) &
+                                            ~uintptr_t{63}) +
+                   shift;
+        std::copy(acts.begin(), acts.end(), x);
+        for (Isa isa : kIsas) {
+          if (!isa_supported(isa)) continue;
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> y(static_cast<size_t>(m * rows), -1.0f);
+            matmul(w.view, x, y.data(), m, p, isa);
+            int bad = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+              get_row(w.view, r, row.data());
+              for (int64_t i = 0; i < m; ++i) {
+                const float ref = dot_canonical(row.data(), x + i * cols, cols);
+                if (std::bit_cast<uint32_t>(y[i * rows + r]) != std::bit_cast<uint32_t>(ref)) ++bad;
+              }
+            }
+            EXPECT_EQ(bad, 0) << dtype_name(t) << " cols=" << cols << " isa=" << isa_name(isa)
+                              << " shift=" << shift << " threads=" << (p ? 2 : 1);
           }
         }
-        EXPECT_EQ(bad, 0) << dtype_name(t) << " isa=" << isa_name(isa) << " shift=" << shift;
       }
     }
   }
 }
 
+// Accuracy against a double dot over the dequantised weights and the original
+// float activations. Float types: |err| <= 1e-5 * sum|w x| (a few float
+// roundings per term). Integer types: each activation is rounded to a step of
+// da = amax_g / 127 of its 32-value group, so |err| <= sum_k |w_k| * amax_g /
+// 254; we allow that bound * 1.01 + 1e-5 * sum|w x| for the float sums.
 TEST(Matmul, AccuracyAgainstDouble) {
   for (DType t : kTypes) {
     const int64_t cols = cols_for(t).back();
@@ -372,21 +377,23 @@ TEST(Matmul, EdgeValuesAreIdenticalAcrossIsas) {
 
 // A negative product that underflows leaves a -0 lane; lanes past K must
 // keep it on every ISA (an unmasked fma(0, 0, -0) in a SIMD tail gives +0).
+// 1041, 2065: over several K blocks of the prefill path (m = 12).
 TEST(Matmul, NegativeZeroLanesSurviveFloatTails) {
-  for (int64_t cols : {16, 17, 20, 33, 47}) {
-    std::vector<float> wrow(static_cast<size_t>(cols), -1e-30f);
-    const std::vector<float> x(static_cast<size_t>(cols), 1e-30f);
-    const WeightView w{DType::F32, reinterpret_cast<const uint8_t*>(wrow.data()), 1, cols,
-                       static_cast<size_t>(cols) * sizeof(float)};
-    float ref = 1.0f;
-    matmul(w, x.data(), &ref, 1, nullptr, Isa::Scalar);
-    EXPECT_TRUE(std::signbit(ref)) << "cols " << cols << ": expected -0";
-    for (Isa isa : kIsas) {
-      if (!isa_supported(isa)) continue;
-      float y = 1.0f;
-      matmul(w, x.data(), &y, 1, nullptr, isa);
-      EXPECT_EQ(std::bit_cast<uint32_t>(y), std::bit_cast<uint32_t>(ref))
-          << "cols " << cols << " " << isa_name(isa);
+  for (int64_t cols : {16, 17, 20, 33, 47, 1041, 2065}) {
+    for (int64_t m : {1, 12}) {
+      std::vector<float> wrow(static_cast<size_t>(cols), -1e-30f);
+      const std::vector<float> x(static_cast<size_t>(m * cols), 1e-30f);
+      const WeightView w{DType::F32, reinterpret_cast<const uint8_t*>(wrow.data()), 1, cols,
+                         static_cast<size_t>(cols) * sizeof(float)};
+      for (Isa isa : kIsas) {
+        if (!isa_supported(isa)) continue;
+        std::vector<float> y(static_cast<size_t>(m), 1.0f);
+        matmul(w, x.data(), y.data(), m, nullptr, isa);
+        for (int64_t i = 0; i < m; ++i) {
+          EXPECT_EQ(std::bit_cast<uint32_t>(y[i]), 0x80000000u)
+              << "cols " << cols << " m " << m << " " << isa_name(isa) << ": expected -0";
+        }
+      }
     }
   }
 }

@@ -32,10 +32,16 @@ static inline float reduce16(const float* acc) {
   return s0 + s1;
 }
 
+// The lane loop of the dot product over n values, continuing acc (a piece
+// of a longer dot product must start at a multiple of 16 within it).
+static inline void fma_lanes(float* acc, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i % kDotLanes] = std::fma(a[i], b[i], acc[i % kDotLanes]);
+}
+
 // The canonical dot product, scalar twin.
 static inline float dot_canonical(const float* a, const float* b, int64_t n) {
   float acc[kDotLanes] = {};
-  for (int64_t i = 0; i < n; ++i) acc[i % kDotLanes] = std::fma(a[i], b[i], acc[i % kDotLanes]);
+  fma_lanes(acc, a, b, n);
   return reduce16(acc);
 }
 

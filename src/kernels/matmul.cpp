@@ -153,32 +153,100 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   run_parallel(rows, rows * cols * m, pool, run);
 }
 
+// Grow-only scratch of the thread that runs a float block: capacity only
+// (every element a call reads, that call wrote first), so nothing passes
+// from one call to the next. Per call, buffers this size (up to ~0.7 MiB
+// per thread, and the activation copy) were handed back to the system by
+// free and faulted in again: 3-5x slower calls at 64 rows, seen by review.
+struct FloatScratch {
+  std::vector<float> x;    // [m, xs] the activation copy (calling thread only)
+  std::vector<float> w;    // [rb_rows, w_pad] widened weight rows
+  std::vector<float> acc;  // [chunk / 4, max_tr][16][16] carried lanes
+};
+thread_local FloatScratch tl_float;
+
+// n floats of v, 64-byte aligned.
+float* grow_aligned(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n + kDotLanes) v.resize(static_cast<size_t>(n + kDotLanes));
+  return align64(v.data());
+}
+
+// Output rows [r_begin, r_end) of the float path through widened (or, for
+// F32, in-place) weight rows: blocks of rb_rows rows, chunks of
+// kFloatChunk activation rows, K in blocks of kb values; xa: [m, xs].
+void float_blocked(const WeightView& w, const float* xa, int64_t xs, float* y, int64_t m,
+                   int64_t r_begin, int64_t r_end, int64_t kb, const IsaKernels& kt) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const bool in_place = w.type == DType::F32;
+  const int64_t rb_rows = float_rows_per_block(m);
+  // Each widened row is padded by 16 floats so the rows of a block do not
+  // all fall on the same L1 cache sets (a 2^n-float row would).
+  const int64_t w_pad = round_up(cols, kDotLanes) + kDotLanes;
+  float* const widened = in_place ? nullptr : grow_aligned(tl_float.w, rb_rows * w_pad);
+  // The 16 canonical lanes of the outputs of a row block and a chunk of
+  // activation rows, carried from one K block to the next: tile (ti, tr)
+  // at acc + kTileAcc * (ti * n_tr + tr), pair (r, c) of the tile 16 floats
+  // apart as float_tile wants.
+  constexpr int64_t kTileAcc = int64_t{mm::kMaxTileR} * mm::kMaxTileC * kDotLanes;
+  const int64_t max_tr = (rb_rows + mm::kMaxTileR - 1) / mm::kMaxTileR;
+  float* const acc = grow_aligned(tl_float.acc, kFloatChunk / mm::kMaxTileC * max_tr * kTileAcc);
+  float out[mm::kMaxTileR * mm::kMaxTileC];
+  for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
+    const int64_t nr = std::min(rb_rows, r_end - rb);
+    const int64_t n_tr = (nr + mm::kMaxTileR - 1) / mm::kMaxTileR;
+    const float* wr;
+    int64_t stride;
+    if (in_place) {
+      wr = reinterpret_cast<const float*>(w.data + static_cast<size_t>(rb) * w.row_bytes);
+      stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
+    } else {
+      for (int64_t r = 0; r < nr; ++r) {
+        kt.widen(w.type, w.data + static_cast<size_t>(rb + r) * w.row_bytes, cols,
+                 widened + r * w_pad);
+      }
+      wr = widened;
+      stride = w_pad;
+    }
+    for (int64_t ic = 0; ic < m; ic += kFloatChunk) {
+      const int64_t ie = std::min(m, ic + kFloatChunk);
+      const int64_t n_ti = (ie - ic + mm::kMaxTileC - 1) / mm::kMaxTileC;
+      std::fill_n(acc, n_ti * n_tr * kTileAcc, 0.0f);
+      // K blocks: a block's slice of the activation tile stays in L1 while
+      // every weight tile of the row block passes over it. Each output's
+      // lanes still see K in order: blocking K changes no bit.
+      for (int64_t k0 = 0; k0 < cols; k0 += kb) {
+        const int64_t kn = std::min(kb, cols - k0);
+        float* const fin = k0 + kn == cols ? out : nullptr;  // the last block reduces
+        for (int64_t i0 = ic; i0 < ie; i0 += mm::kMaxTileC) {
+          const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, ie - i0));
+          for (int64_t r0 = 0; r0 < nr; r0 += mm::kMaxTileR) {
+            const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
+            float* tile = acc + kTileAcc * ((i0 - ic) / mm::kMaxTileC * n_tr + r0 / mm::kMaxTileR);
+            kt.float_tile(R, C, wr + r0 * stride + k0, stride, xa + i0 * xs + k0, xs, kn, tile,
+                          fin);
+            if (fin == nullptr) continue;
+            for (int c = 0; c < C; ++c) {
+              for (int r = 0; r < R; ++r) {
+                y[(i0 + c) * rows + rb + r0 + r] = canon(out[c * R + r]);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
                   const IsaKernels& kt) {
   const int64_t rows = w.rows, cols = w.cols;
-  const bool in_place = w.type == DType::F32;
   // F32 rows are read in place; the model loader rejects F32 weights that are
   // not float-aligned (a file may declare an alignment of 1 or 2).
-  assert(!in_place || (reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0 &&
-                       w.row_bytes % sizeof(float) == 0));
-  const int64_t rb_rows = float_rows_per_block(m);
+  assert(w.type != DType::F32 || (reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0 &&
+                                  w.row_bytes % sizeof(float) == 0));
   // Small batches (decode) read F16/BF16 rows in place where the ISA can.
-  const bool direct = !in_place && kt.has_direct_float != nullptr && kt.has_direct_float(w.type, m);
-  // The tiles below read 64-byte vectors: activation rows that do not start
-  // on a cache line are copied to rows that do (a vector load that crosses
-  // a line costs two; the copy is ~1/(2 * rows) of the arithmetic).
-  const float* xa = x;  // [m, xs]
-  int64_t xs = cols;
-  std::vector<float> x_copy;
-  if (!direct && (reinterpret_cast<uintptr_t>(x) % 64 != 0 || cols % kDotLanes != 0)) {
-    xs = round_up(cols, kDotLanes);
-    x_copy.resize(static_cast<size_t>(m * xs + kDotLanes));
-    float* dst = align64(x_copy.data());
-    for (int64_t i = 0; i < m; ++i) std::copy(x + i * cols, x + (i + 1) * cols, dst + i * xs);
-    xa = dst;
-  }
-  auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
-    if (direct) {
+  if (w.type != DType::F32 && kt.has_direct_float != nullptr && kt.has_direct_float(w.type, m)) {
+    run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int) {
       float out[mm::kMaxTileR * mm::kMaxTileC];
       for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
         const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
@@ -191,68 +259,25 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
           }
         }
       }
-      return;
-    }
-    // Widened rows, each row padded by 16 floats so the rows of a block do
-    // not all fall on the same L1 cache sets (a 2^n-float row would).
-    const int64_t w_pad = round_up(cols, kDotLanes) + kDotLanes;
-    std::vector<float> scratch;  // [rb_rows, w_pad] widened rows (not for F32), 64-byte aligned
-    if (!in_place) scratch.resize(static_cast<size_t>(rb_rows * w_pad + kDotLanes));
-    float* const widened = align64(scratch.data());
-    // The 16 canonical lanes of the outputs of a row block and a chunk of
-    // activation rows, carried from one K block to the next: tile (ti, tr)
-    // at acc + kTileAcc * (ti * n_tr + tr), pair (r, c) of the tile 16 floats
-    // apart as float_tile wants. [chunk / 4, max_tr][16][16]
-    constexpr int64_t kTileAcc = int64_t{mm::kMaxTileR} * mm::kMaxTileC * kDotLanes;
-    const int64_t max_tr = (rb_rows + mm::kMaxTileR - 1) / mm::kMaxTileR;
-    std::vector<float> acc(static_cast<size_t>(kFloatChunk / mm::kMaxTileC * max_tr * kTileAcc));
-    float out[mm::kMaxTileR * mm::kMaxTileC];
-    for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
-      const int64_t nr = std::min(rb_rows, r_end - rb);
-      const int64_t n_tr = (nr + mm::kMaxTileR - 1) / mm::kMaxTileR;
-      const float* wr;
-      int64_t stride;
-      if (in_place) {
-        wr = reinterpret_cast<const float*>(w.data + static_cast<size_t>(rb) * w.row_bytes);
-        stride = static_cast<int64_t>(w.row_bytes / sizeof(float));
-      } else {
-        for (int64_t r = 0; r < nr; ++r) {
-          kt.widen(w.type, w.data + static_cast<size_t>(rb + r) * w.row_bytes, cols,
-                   widened + r * w_pad);
-        }
-        wr = widened;
-        stride = w_pad;
-      }
-      for (int64_t ic = 0; ic < m; ic += kFloatChunk) {
-        const int64_t ie = std::min(m, ic + kFloatChunk);
-        const int64_t n_ti = (ie - ic + mm::kMaxTileC - 1) / mm::kMaxTileC;
-        std::fill_n(acc.begin(), n_ti * n_tr * kTileAcc, 0.0f);
-        // K blocks: a block's slice of the activation tile stays in L1 while
-        // every weight tile of the row block passes over it. Each output's
-        // lanes still see K in order: blocking K changes no bit.
-        for (int64_t k0 = 0; k0 < cols; k0 += kFloatKBlock) {
-          const int64_t kn = std::min(kFloatKBlock, cols - k0);
-          float* const fin = k0 + kn == cols ? out : nullptr;  // the last block reduces
-          for (int64_t i0 = ic; i0 < ie; i0 += mm::kMaxTileC) {
-            const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, ie - i0));
-            for (int64_t r0 = 0; r0 < nr; r0 += mm::kMaxTileR) {
-              const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
-              float* tile =
-                  acc.data() + kTileAcc * ((i0 - ic) / mm::kMaxTileC * n_tr + r0 / mm::kMaxTileR);
-              kt.float_tile(R, C, wr + r0 * stride + k0, stride, xa + i0 * xs + k0, xs, kn, tile,
-                            fin);
-              if (fin == nullptr) continue;
-              for (int c = 0; c < C; ++c) {
-                for (int r = 0; r < R; ++r)
-                  y[(i0 + c) * rows + rb + r0 + r] = canon(out[c * R + r]);
-              }
-            }
-          }
-        }
-      }
-    }
-  };
-  run_parallel(rows, rows * cols * m, pool, run);
+    });
+    return;
+  }
+  if (m <= mm::kDecodeRows) {  // a few rows (F32, or no direct kernel): whole K, no copy
+    run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int) {
+      float_blocked(w, x, cols, y, m, r_begin, r_end, cols, kt);
+    });
+    return;
+  }
+  // Prefill: the activations are copied to 64-byte aligned rows (a vector
+  // load that crosses a cache line costs two; engine buffers are only
+  // 16-byte aligned), padded by 16 floats like the widened rows. The copy
+  // is ~1/(2 * rows) of the arithmetic.
+  const int64_t xs = round_up(cols, kDotLanes) + kDotLanes;
+  float* const xa = grow_aligned(tl_float.x, m * xs);  // [m, xs]
+  for (int64_t i = 0; i < m; ++i) std::copy(x + i * cols, x + (i + 1) * cols, xa + i * xs);
+  run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int) {
+    float_blocked(w, xa, xs, y, m, r_begin, r_end, kFloatKBlock, kt);
+  });
 }
 
 }  // namespace

@@ -237,12 +237,8 @@ void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const flo
                        int64_t x_stride, int64_t k, float* acc, float* out) {
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) {
-      const float* wr = w + r * w_stride;
-      const float* xc = x + c * x_stride;
       float* lanes = acc + kDotLanes * (c * R + r);  // [16], dot_canonical's acc
-      for (int64_t i = 0; i < k; ++i) {
-        lanes[i % kDotLanes] = std::fma(wr[i], xc[i], lanes[i % kDotLanes]);
-      }
+      fma_lanes(lanes, w + r * w_stride, x + c * x_stride, k);
       if (out != nullptr) out[c * R + r] = reduce16(lanes);
     }
   }
