@@ -184,9 +184,10 @@ void BM_Matmul(benchmark::State& state, DType t, Isa isa, int64_t m,
   for (auto& v : x) v = nd(rng);
   std::vector<float> y(static_cast<size_t>(m * set.max_rows));  // [m, max_rows]
   ThreadPool pool(g_threads);
+  encore::kernels::MatmulScratch scratch;  // kept across calls, as ForwardContext does
   for (auto _ : state) {
     for (const WeightView& w : set.views) {
-      encore::kernels::matmul(w, x.data(), y.data(), m, &pool, isa);
+      encore::kernels::matmul(w, x.data(), y.data(), m, &pool, isa, &scratch);
     }
     benchmark::ClobberMemory();
   }

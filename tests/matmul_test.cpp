@@ -267,6 +267,9 @@ TEST(Matmul, ThreadCountInvariance) {
 TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
   const int64_t rows = 70, m = 43;
   ThreadPool pool(2);
+  // Kept across every call below, as ForwardContext keeps it: a K = 2048 call
+  // then finds the buffers of a K = 2131 one (stale contents must not count).
+  MatmulScratch scratch;
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     for (int64_t cols : {2131, 2048}) {
       const Weights w = make_weights(t, rows, cols, 31);
@@ -282,7 +285,7 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
           if (!isa_supported(isa)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y(static_cast<size_t>(m * rows), -1.0f);
-            matmul(w.view, x, y.data(), m, p, isa);
+            matmul(w.view, x, y.data(), m, p, isa, p != nullptr ? &scratch : nullptr);
             int bad = 0;
             for (int64_t r = 0; r < rows; ++r) {
               get_row(w.view, r, row.data());

@@ -67,7 +67,9 @@ int64_t rows_per_block(int64_t m) { return m <= mm::kDecodeRows ? 4 : 16; }
 // (one tile's slices of 4 weight and 4 activation rows: 32 KiB). Measured
 // on 5632 x 2048 F16 at m = 512, 2 threads (AVX-512, Zen 5 class): 16 rows
 // and whole K 175-210 GFLOP/s; this ~280-300 (K blocks of 512: ~260; 128
-// rows: ~230; chunks of 8: ~240). AVX2 kernels: 84 -> 115.
+// rows: ~230; chunks of 8: ~240). AVX2 kernels: 84 -> 115. Not tuned for
+// larger K: at K = 5632 (ffn_down of the 1b shape) the 64 rows take 1.4
+// MiB, which still fit this 2 MiB L2; end to end the prefill gained ~30 %.
 constexpr int64_t kFloatRowsPerBlock = 64;
 constexpr int64_t kFloatChunk = 32;
 constexpr int64_t kFloatKBlock = 1024;
@@ -153,21 +155,13 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   run_parallel(rows, rows * cols * m, pool, run);
 }
 
-// Grow-only scratch of the thread that runs a float block: capacity only
-// (every element a call reads, that call wrote first), so nothing passes
-// from one call to the next. Per call, buffers this size (up to ~0.7 MiB
-// per thread, and the activation copy) were handed back to the system by
-// free and faulted in again: 3-5x slower calls at 64 rows, seen by review.
-struct FloatScratch {
-  std::vector<float> x;    // [m, xs] the activation copy (calling thread only)
-  std::vector<float> w;    // [rb_rows, w_pad] widened weight rows
-  std::vector<float> acc;  // [chunk / 4, max_tr][16][16] carried lanes
-};
-thread_local FloatScratch tl_float;
-
 // n floats of v, 64-byte aligned.
+// Grows without copying the old contents (no call reads them).
 float* grow_aligned(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n + kDotLanes) v.resize(static_cast<size_t>(n + kDotLanes));
+  if (static_cast<int64_t>(v.size()) < n + kDotLanes) {
+    std::vector<float>().swap(v);
+    v.resize(static_cast<size_t>(n + kDotLanes));
+  }
   return align64(v.data());
 }
 
@@ -175,22 +169,23 @@ float* grow_aligned(std::vector<float>& v, int64_t n) {
 // F32, in-place) weight rows: blocks of rb_rows rows, chunks of
 // kFloatChunk activation rows, K in blocks of kb values; xa: [m, xs].
 void float_blocked(const WeightView& w, const float* xa, int64_t xs, float* y, int64_t m,
-                   int64_t r_begin, int64_t r_end, int64_t kb, const IsaKernels& kt) {
+                   int64_t r_begin, int64_t r_end, int64_t kb, const IsaKernels& kt,
+                   MatmulScratch::PerThread& scratch) {
   const int64_t rows = w.rows, cols = w.cols;
   const bool in_place = w.type == DType::F32;
   const int64_t rb_rows = float_rows_per_block(m);
   // Each widened row is padded by 16 floats so the rows of a block do not
   // all fall on the same L1 cache sets (a 2^n-float row would).
   const int64_t w_pad = round_up(cols, kDotLanes) + kDotLanes;
-  float* const widened = in_place ? nullptr : grow_aligned(tl_float.w, rb_rows * w_pad);
+  float* const widened = in_place ? nullptr : grow_aligned(scratch.w, rb_rows * w_pad);
   // The 16 canonical lanes of the outputs of a row block and a chunk of
   // activation rows, carried from one K block to the next: tile (ti, tr)
   // at acc + kTileAcc * (ti * n_tr + tr), pair (r, c) of the tile 16 floats
   // apart as float_tile wants.
   constexpr int64_t kTileAcc = int64_t{mm::kMaxTileR} * mm::kMaxTileC * kDotLanes;
   const int64_t max_tr = (rb_rows + mm::kMaxTileR - 1) / mm::kMaxTileR;
-  float* const acc = grow_aligned(tl_float.acc, kFloatChunk / mm::kMaxTileC * max_tr * kTileAcc);
-  float out[mm::kMaxTileR * mm::kMaxTileC];
+  float* const acc = grow_aligned(scratch.acc, kFloatChunk / mm::kMaxTileC * max_tr * kTileAcc);
+  float out[mm::kMaxTileR * mm::kMaxTileC];  // [C * R] a tile's outputs
   for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
     const int64_t nr = std::min(rb_rows, r_end - rb);
     const int64_t n_tr = (nr + mm::kMaxTileR - 1) / mm::kMaxTileR;
@@ -238,7 +233,7 @@ void float_blocked(const WeightView& w, const float* xa, int64_t xs, float* y, i
 }
 
 void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
-                  const IsaKernels& kt) {
+                  const IsaKernels& kt, MatmulScratch* scratch) {
   const int64_t rows = w.rows, cols = w.cols;
   // F32 rows are read in place; the model loader rejects F32 weights that are
   // not float-aligned (a file may declare an alignment of 1 or 2).
@@ -262,9 +257,13 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
     });
     return;
   }
+  MatmulScratch local;
+  MatmulScratch& s = scratch != nullptr ? *scratch : local;
+  const size_t n_threads = pool != nullptr ? static_cast<size_t>(pool->size()) : 1;
+  if (s.threads.size() < n_threads) s.threads.resize(n_threads);
   if (m <= mm::kDecodeRows) {  // a few rows (F32, or no direct kernel): whole K, no copy
-    run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int) {
-      float_blocked(w, x, cols, y, m, r_begin, r_end, cols, kt);
+    run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int thread) {
+      float_blocked(w, x, cols, y, m, r_begin, r_end, cols, kt, s.threads[thread]);
     });
     return;
   }
@@ -273,10 +272,10 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
   // 16-byte aligned), padded by 16 floats like the widened rows. The copy
   // is ~1/(2 * rows) of the arithmetic.
   const int64_t xs = round_up(cols, kDotLanes) + kDotLanes;
-  float* const xa = grow_aligned(tl_float.x, m * xs);  // [m, xs]
+  float* const xa = grow_aligned(s.x, m * xs);  // [m, xs]
   for (int64_t i = 0; i < m; ++i) std::copy(x + i * cols, x + (i + 1) * cols, xa + i * xs);
-  run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int) {
-    float_blocked(w, xa, xs, y, m, r_begin, r_end, kFloatKBlock, kt);
+  run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int thread) {
+    float_blocked(w, xa, xs, y, m, r_begin, r_end, kFloatKBlock, kt, s.threads[thread]);
   });
 }
 
@@ -288,7 +287,8 @@ void get_row(const WeightView& w, int64_t row, float* out) {
   dequantize_row(w.type, w.data + static_cast<size_t>(row) * w.row_bytes, out, w.cols);
 }
 
-void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa) {
+void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa,
+            MatmulScratch* scratch) {
   if (m <= 0 || w.rows <= 0) return;
   if (!row_conversion_supported(w.type)) {
     float dummy = 0.0f;
@@ -303,7 +303,7 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool
   if (mm::is_int_type(w.type)) {
     matmul_int(w, x, y, m, pool, kt);
   } else {
-    matmul_float(w, x, y, m, pool, kt);
+    matmul_float(w, x, y, m, pool, kt, scratch);
   }
 }
 

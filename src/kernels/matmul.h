@@ -6,12 +6,15 @@
 // the ISA, the batch size m, the tile shape or the thread split: work is
 // split across threads along output rows only, never along a reduction.
 //
-// Ownership: borrows everything for the call. Thread-safety: reentrant;
-// parallelises through the ThreadPool it is given.
+// Ownership: borrows everything for the call (a MatmulScratch, if given,
+// keeps its buffers' capacity between calls). Thread-safety: reentrant
+// (one call at a time per MatmulScratch); parallelises through the
+// ThreadPool it is given.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "encore/dtype.h"
 #include "encore/isa.h"
@@ -41,10 +44,30 @@ struct WeightView {
   size_t row_bytes = 0;
 };
 
+// Buffers of the float prefill path (F32, F16, BF16 with more than a few
+// activation rows) that an owner keeps from one matmul call to the next:
+// allocated per call, buffers this size went back to the system on free and
+// were faulted in again on the next call (3-5x slower calls at 64 rows).
+// Holds capacity only: every element a call reads, that call wrote first,
+// so nothing passes from one call to the next. Grows to the largest call
+// seen: per pool thread (64 * (K + 32) + 32 * 64 * 16) floats, plus one
+// copy of the activations, m * (K + 32) floats. Not thread-safe: one
+// matmul call at a time per scratch.
+struct MatmulScratch {
+  struct PerThread {
+    std::vector<float> w;    // [rows per block, K + 32] widened weight rows
+    std::vector<float> acc;  // [chunk / 4 * tiles per block][16 pairs][16 lanes]
+  };
+  std::vector<PerThread> threads;  // [pool size], by ThreadPool's `thread` index
+  std::vector<float> x;            // [m, K + 32] the activations on 64-byte aligned rows
+};
+
 // y = x W^T for a batch of m activations: y[i][r] = sum_c W[r][c] * x[i][c].
 // x: [m, w.cols], y: [m, w.rows] (must not alias x).
 // pool may be null; small products (< kMinParallelWork) run on the caller.
-void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa);
+// scratch may be null (buffers are then allocated for the call).
+void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa,
+            MatmulScratch* scratch = nullptr);
 
 // True when matmul multiplies weights of type t as int8 dot products (the
 // quantised types); false when it widens them to float and uses FMA.

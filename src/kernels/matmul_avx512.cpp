@@ -482,14 +482,18 @@ void float_block_t(const uint8_t* w, size_t stride, const float* x, int64_t x_st
   }
 }
 
+// out[j] = reduce16 of the lanes of pair j < n of acc: [n][16].
+void reduce_pairs(const float* acc, int n, float* out) {
+  for (int j = 0; j < n; ++j) out[j] = reduce16(_mm512_loadu_ps(acc + 16 * j));
+}
+
 // The whole dot products: out[c * R + r] (the direct decode path).
 template <int R, int C, class L, size_t kAhead>
 void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                   float* out) {
   alignas(64) float acc[C * R][16] = {};
   float_block_t<R, C, L, kAhead>(w, stride, x, x_stride, k, &acc[0][0]);
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(_mm512_load_ps(acc[c * R + r]));
+  reduce_pairs(&acc[0][0], R * C, out);
 }
 
 using FloatTileFn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*);
@@ -516,8 +520,7 @@ void float_tile_avx512(int R, int C, const float* w, int64_t w_stride, const flo
   static constexpr auto kTable = float_table<true, LoadF32, 0>();
   kTable[R - 1][C - 1](reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float), x, x_stride,
                        k, acc);
-  if (out == nullptr) return;
-  for (int j = 0; j < R * C; ++j) out[j] = reduce16(_mm512_loadu_ps(acc + 16 * j));
+  if (out != nullptr) reduce_pairs(acc, R * C, out);
 }
 
 #ifndef ENCORE_PF_FLOAT

@@ -102,7 +102,12 @@ Model::TokenCost Model::token_cost() const {
 
 ForwardContext::ForwardContext(const Model& model, KvBlockPool& pool, ThreadPool& threads,
                                int n_ctx, std::optional<Isa> isa)
-    : model_(model), pool_(pool), threads_(threads), n_ctx_(n_ctx), isa_(checked_isa(isa)) {
+    : model_(model),
+      pool_(pool),
+      threads_(threads),
+      n_ctx_(n_ctx),
+      isa_(checked_isa(isa)),
+      mm_scratch_(std::make_unique<kernels::MatmulScratch>()) {
   const HParams& hp = model.hparams();
   if (n_ctx < 1) {
     throw InvalidArgument(fmt::format("context size {} must be at least 1", n_ctx));
@@ -263,9 +268,9 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
       kernels::rmsnorm(xb + t * n_embd, x + t * n_embd, lw.attn_norm.data(), n_embd, hp.rms_eps,
                        isa);
     }
-    kernels::matmul(lw.wq, xb, q, n, pool, isa);
-    kernels::matmul(lw.wk, xb, k, n, pool, isa);
-    kernels::matmul(lw.wv, xb, v, n, pool, isa);
+    kernels::matmul(lw.wq, xb, q, n, pool, isa, mm_scratch_.get());
+    kernels::matmul(lw.wk, xb, k, n, pool, isa, mm_scratch_.get());
+    kernels::matmul(lw.wv, xb, v, n, pool, isa, mm_scratch_.get());
     for (int t = 0; t < n; ++t) {
       float* qt = q + t * n_q;
       float* kt = k + t * n_kv;
@@ -303,7 +308,7 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
                 kvl.elem_type);
     }
     attention(toks, n, l);
-    kernels::matmul(lw.wo, att_.data(), xb2, n, pool, isa);
+    kernels::matmul(lw.wo, att_.data(), xb2, n, pool, isa, mm_scratch_.get());
     kernels::add_inplace(x, xb2, n * n_embd);
 
     // Feed-forward sub-layer (SwiGLU).
@@ -311,10 +316,10 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
       kernels::rmsnorm(xb + t * n_embd, x + t * n_embd, lw.ffn_norm.data(), n_embd, hp.rms_eps,
                        isa);
     }
-    kernels::matmul(lw.w_gate, xb, gate, n, pool, isa);
-    kernels::matmul(lw.w_up, xb, up, n, pool, isa);
+    kernels::matmul(lw.w_gate, xb, gate, n, pool, isa, mm_scratch_.get());
+    kernels::matmul(lw.w_up, xb, up, n, pool, isa, mm_scratch_.get());
     kernels::swiglu(gate, gate, up, n * n_ff, isa);
-    kernels::matmul(lw.w_down, gate, xb2, n, pool, isa);
+    kernels::matmul(lw.w_down, gate, xb2, n, pool, isa, mm_scratch_.get());
     kernels::add_inplace(x, xb2, n * n_embd);
   }
 
@@ -331,7 +336,7 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
                      isa);
     ++o;
   }
-  kernels::matmul(w.output, ox, ol, n_out, pool, isa);
+  kernels::matmul(w.output, ox, ol, n_out, pool, isa, mm_scratch_.get());
   for (int t = 0, o = 0; t < n; ++t) {
     if (toks[t].logits == nullptr) continue;
     std::memcpy(toks[t].logits, ol + static_cast<int64_t>(o) * hp.n_vocab,
