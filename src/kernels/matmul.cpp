@@ -36,6 +36,14 @@ using mm::IsaKernels;
 // Every NaN leaves as the one quiet NaN (see matmul_internal.h).
 inline float canon(float v) { return std::isnan(v) ? std::bit_cast<float>(mm::kCanonNanBits) : v; }
 
+// A tile's outputs out: [C * R] into y: [m, rows] at activation rows i0..
+// and weight rows r0.., NaNs canonical.
+void store_tile(const float* out, int R, int C, float* y, int64_t rows, int64_t i0, int64_t r0) {
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) y[(i0 + c) * rows + r0 + r] = canon(out[c * R + r]);
+  }
+}
+
 // Weight rows decoded per block: small for decode-sized batches (the block
 // stays in L1 while its few activation rows pass over it), larger for
 // prefill so each decoded row is reused by every activation row while in L2.
@@ -120,9 +128,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
           const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
           kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes,
                          cols, act, i0, out);
-          for (int c = 0; c < C; ++c) {
-            for (int r = 0; r < R; ++r) y[(i0 + c) * rows + r0 + r] = canon(out[c * R + r]);
-          }
+          store_tile(out, R, C, y, rows, i0, r0);
         }
       }
       return;
@@ -145,9 +151,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
         for (int64_t r0 = 0; r0 < nr; r0 += mm::kMaxTileR) {
           const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
           kt.int_tile(R, C, w_signed, dec, r0, act, i0, out);
-          for (int c = 0; c < C; ++c) {
-            for (int r = 0; r < R; ++r) y[(i0 + c) * rows + rb + r0 + r] = canon(out[c * R + r]);
-          }
+          store_tile(out, R, C, y, rows, i0, rb + r0);
         }
       }
     }
@@ -155,8 +159,8 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   run_parallel(rows, rows * cols * m, pool, run);
 }
 
-// n floats of v, 64-byte aligned.
-// Grows without copying the old contents (no call reads them).
+// n floats of v, 64-byte aligned; grows without copying the old contents
+// (no call reads them).
 float* grow_aligned(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n + kDotLanes) {
     std::vector<float>().swap(v);
@@ -219,12 +223,7 @@ void float_blocked(const WeightView& w, const float* xa, int64_t xs, float* y, i
             float* tile = acc + kTileAcc * ((i0 - ic) / mm::kMaxTileC * n_tr + r0 / mm::kMaxTileR);
             kt.float_tile(R, C, wr + r0 * stride + k0, stride, xa + i0 * xs + k0, xs, kn, tile,
                           fin);
-            if (fin == nullptr) continue;
-            for (int c = 0; c < C; ++c) {
-              for (int r = 0; r < R; ++r) {
-                y[(i0 + c) * rows + rb + r0 + r] = canon(out[c * R + r]);
-              }
-            }
+            if (fin != nullptr) store_tile(out, R, C, y, rows, i0, rb + r0);
           }
         }
       }
@@ -249,9 +248,7 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
           const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
           kt.direct_float_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
                                w.row_bytes, x + i0 * cols, cols, cols, out);
-          for (int c = 0; c < C; ++c) {
-            for (int r = 0; r < R; ++r) y[(i0 + c) * rows + r0 + r] = canon(out[c * R + r]);
-          }
+          store_tile(out, R, C, y, rows, i0, r0);
         }
       }
     });
