@@ -367,24 +367,34 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
 using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&, int64_t, float*,
                                  int);
 
-// A direct tile of R x C from sub-tiles: 2 x 2 for up to two activation
-// rows, else one weight row by up to four activation rows (each block is
-// then decoded once per four activation rows, not per two).
-template <template <int, int> class F>
+// A direct tile of R x C from sub-tiles of 2 x 2, or with kWide, for more
+// than two activation rows, of one weight row by up to four activation rows
+// (each block is then decoded once per four activation rows, not per two,
+// but a weight row's blocks are read twice as often). Which one wins
+// depends on how the decode cost compares with the dot products; measured
+// with the AVX2 kernels on the Zen 5 class VM, 2048 x 512 weights in L2,
+// one thread, 4 and 8 activation rows (GOP/s, 1 x 4 -> 2 x 2): Q4_K 67 ->
+// 95 and 63 -> 90 (5632 x 2048 from memory, two threads: 127 -> 165 and
+// 136 -> 169), Q5_K 65 -> 74 and 61 -> 73; Q4_0, Q5_0, Q5_1 lost 7-15 %,
+// Q4_1, Q6_K and Q8_0 within noise (Q8_0 kept as it was). Speed only:
+// both give the same bits.
+template <template <int, int> class F, bool kWide>
 void direct_tile_sub(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
                      int64_t i0, float* out) {
   static constexpr DirectSubtileFn kFns[2][2] = {{&F<1, 1>::run, &F<1, 2>::run},
                                                  {&F<2, 1>::run, &F<2, 2>::run}};
-  static constexpr DirectSubtileFn kWide[2] = {&F<1, 3>::run, &F<1, 4>::run};
-  if (C > 2) {
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; c += 4) {
-        const int cc = C - c >= 4 ? 4 : C - c;
-        const DirectSubtileFn fn = cc > 2 ? kWide[cc - 3] : kFns[0][cc - 1];
-        fn(w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c, out + c * R + r, R);
+  if constexpr (kWide) {
+    static constexpr DirectSubtileFn kWideFns[2] = {&F<1, 3>::run, &F<1, 4>::run};
+    if (C > 2) {
+      for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; c += 4) {
+          const int cc = C - c >= 4 ? 4 : C - c;
+          const DirectSubtileFn fn = cc > 2 ? kWideFns[cc - 3] : kFns[0][cc - 1];
+          fn(w + static_cast<size_t>(r) * row_bytes, row_bytes, k, a, i0 + c, out + c * R + r, R);
+        }
       }
+      return;
     }
-    return;
   }
   for (int c = 0; c < C; c += 2) {
     for (int r = 0; r < R; r += 2) {
@@ -423,9 +433,10 @@ struct LegacySub {
   };
 };
 
-// Up to 8 activation rows (two tiles of 1 x 4 sub-tiles: each block decoded
-// twice, still cheaper than decoding the rows into a buffer first, 8
-// streams measured ~10 % faster); beyond that the buffer wins.
+// Up to 8 activation rows (two tiles of sub-tiles, see direct_tile_sub:
+// each block decoded two or four times, still cheaper than decoding the
+// rows into a buffer first, 8 streams measured ~10 % faster); beyond that
+// the buffer wins.
 bool has_direct_avx2(DType t, int64_t m) {  // every integer type
   return is_int_type(t) && m <= kDecodeRows;
 }
@@ -434,26 +445,26 @@ void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                       const ActRows& a, int64_t i0, float* out) {
   switch (t) {
     case DType::Q8_0:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q8_0>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q8_0>>::F, true>(R, C, w, row_bytes, k, a,
+                                                                           i0, out);
     case DType::Q4_0:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_0>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_0>>::F, true>(R, C, w, row_bytes, k, a,
+                                                                           i0, out);
     case DType::Q4_1:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_1>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_1>>::F, true>(R, C, w, row_bytes, k, a,
+                                                                           i0, out);
     case DType::Q5_0:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_0>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_0>>::F, true>(R, C, w, row_bytes, k, a,
+                                                                           i0, out);
     case DType::Q5_1:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_1>>::F>(R, C, w, row_bytes, k, a, i0,
-                                                                     out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_1>>::F, true>(R, C, w, row_bytes, k, a,
+                                                                           i0, out);
     case DType::Q4_K:
-      return direct_tile_sub<Q45KSub<false>::F>(R, C, w, row_bytes, k, a, i0, out);
+      return direct_tile_sub<Q45KSub<false>::F, false>(R, C, w, row_bytes, k, a, i0, out);
     case DType::Q5_K:
-      return direct_tile_sub<Q45KSub<true>::F>(R, C, w, row_bytes, k, a, i0, out);
+      return direct_tile_sub<Q45KSub<true>::F, false>(R, C, w, row_bytes, k, a, i0, out);
     default:  // Q6_K (has_direct_avx2)
-      return direct_tile_sub<Q6KSub>(R, C, w, row_bytes, k, a, i0, out);
+      return direct_tile_sub<Q6KSub, true>(R, C, w, row_bytes, k, a, i0, out);
   }
 }
 
