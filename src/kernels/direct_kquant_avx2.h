@@ -125,7 +125,11 @@ void q6_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const Ac
       ws[r][0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
       ws[r][1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
     }
+    // Unrolled: j % 2 picks the accumulator, which must be known at compile
+    // time to stay in a register.
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         __m256i u[R];
         __m256 sc[R];

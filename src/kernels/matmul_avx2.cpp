@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/block_scales_avx2.h"
 #include "kernels/matmul_internal.h"
@@ -304,8 +305,11 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = accm[c][r] = _mm256_setzero_ps();
   alignas(32) float sc[R][C][8];  // fl(d * da) of blocks b8 + [0, 8)
-  auto block = [&](int64_t b, int j) {
-    const int h = j % 2;
+  // h (the block's parity: which accumulator) is a compile-time constant:
+  // indexed at run time, acc lived on the stack and every fma went through
+  // a store and a reload (measured ~1.5-2x slower).
+  auto block = [&](int64_t b, int j, auto parity) {
+    constexpr int h = decltype(parity)::value;
     __m256i wv[R], aw[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * B::kBytes;
@@ -334,6 +338,8 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
       }
     }
   };
+  constexpr std::integral_constant<int, 0> kEven;
+  constexpr std::integral_constant<int, 1> kOdd;
   // ng is a multiple of 8 (kPadTo), so eight activation scales from b8 exist.
   for (int64_t b8 = 0; b8 < nb; b8 += 8) {
     const int n = static_cast<int>(std::min<int64_t>(8, nb - b8));
@@ -349,9 +355,12 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
       }
     }
     if (n == 8) {  // the same loop with a constant count, unrolled
-      for (int j = 0; j < 8; ++j) block(b8 + j, j);
+      for (int j = 0; j < 8; j += 2) block(b8 + j, j, kEven), block(b8 + j + 1, j + 1, kOdd);
     } else {
-      for (int j = 0; j < n; ++j) block(b8 + j, j);
+      for (int j = 0; j < n; j += 2) {
+        block(b8 + j, j, kEven);
+        if (j + 1 < n) block(b8 + j + 1, j + 1, kOdd);
+      }
     }
   }
   for (int c = 0; c < C; ++c) {
@@ -373,10 +382,10 @@ using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&
 // but a weight row's blocks are read twice as often). Which one wins
 // depends on how the decode cost compares with the dot products; measured
 // with the AVX2 kernels on the Zen 5 class VM, 2048 x 512 weights in L2,
-// one thread, 4 and 8 activation rows (GOP/s, 1 x 4 -> 2 x 2): Q4_K 67 ->
-// 95 and 63 -> 90 (5632 x 2048 from memory, two threads: 127 -> 165 and
-// 136 -> 169), Q5_K 65 -> 74 and 61 -> 73; Q4_0, Q5_0, Q5_1 lost 7-15 %,
-// Q4_1, Q6_K and Q8_0 within noise (Q8_0 kept as it was). Speed only:
+// one thread, 8 activation rows (GOP/s, 1 x 4 vs 2 x 2): 2 x 2 for Q4_K 63
+// vs 90 (5632 x 2048 from memory, two threads: 136 vs 169), Q5_K 61 vs 73,
+// Q8_0 65 vs 89, Q4_0 60 vs 87, Q4_1 62 vs 80; 1 x 4 for the types with a
+// costly decode: Q5_0 56 vs 47, Q5_1 54 vs 44, Q6_K 67 vs 62. Speed only:
 // both give the same bits.
 template <template <int, int> class F, bool kWide>
 void direct_tile_sub(int R, int C, const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a,
@@ -445,14 +454,14 @@ void direct_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                       const ActRows& a, int64_t i0, float* out) {
   switch (t) {
     case DType::Q8_0:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q8_0>>::F, true>(R, C, w, row_bytes, k, a,
-                                                                           i0, out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q8_0>>::F, false>(R, C, w, row_bytes, k,
+                                                                            a, i0, out);
     case DType::Q4_0:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_0>>::F, true>(R, C, w, row_bytes, k, a,
-                                                                           i0, out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_0>>::F, false>(R, C, w, row_bytes, k,
+                                                                            a, i0, out);
     case DType::Q4_1:
-      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_1>>::F, true>(R, C, w, row_bytes, k, a,
-                                                                           i0, out);
+      return direct_tile_sub<LegacySub<LegacyBlock<DType::Q4_1>>::F, false>(R, C, w, row_bytes, k,
+                                                                            a, i0, out);
     case DType::Q5_0:
       return direct_tile_sub<LegacySub<LegacyBlock<DType::Q5_0>>::F, true>(R, C, w, row_bytes, k, a,
                                                                            i0, out);
