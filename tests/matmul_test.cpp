@@ -303,6 +303,51 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
   }
 }
 
+// A MatmulScratch kept between calls holds capacity only: whatever an
+// earlier call (or anything else) left in it never reaches an output. Here
+// every buffer starts out filled with junk (int8 77, float NaN) and the
+// outputs must equal those of a call with fresh buffers, bit for bit, for
+// the direct kernels (m = 3), the decoded or widened rows (m = 12) and past
+// kMaxDirectRows (m = 70); K leaves padding up to the next 256 (32, 480) or
+// none (256). Fails when the integer path's zero padding of the activation
+// or decoded rows, or the float path's zeroing of its lanes, is dropped.
+TEST(Matmul, ScratchContentsNeverReachTheOutput) {
+  ThreadPool pool(2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : kTypes) {
+    const std::vector<int64_t> cols_list =
+        is_k_quant(t)
+            ? std::vector<int64_t>{256, 768}
+            : (is_float(t) ? std::vector<int64_t>{67, 256} : std::vector<int64_t>{32, 480});
+    for (int64_t cols : cols_list) {
+      const Weights w = make_weights(t, 13, cols, 41);
+      for (int64_t m : {int64_t{3}, int64_t{12}, int64_t{70}}) {
+        const auto x = make_acts(m, cols, 42);
+        for (Isa isa : kIsas) {
+          if (!isa_supported(isa)) continue;
+          const auto ref = run(w, x, m, isa, &pool);
+          MatmulScratch s;
+          const size_t n = 1 << 17;
+          s.x.assign(n, nan);
+          s.act_q.assign(n, int8_t{77});
+          s.act_f.assign(n, nan);
+          s.threads.resize(2);
+          for (auto& ts : s.threads) {
+            ts.w.assign(n, nan);
+            ts.acc.assign(n, nan);
+            ts.dec_w.assign(n, int8_t{77});
+            ts.dec_f.assign(n, nan);
+          }
+          std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
+          matmul(w.view, x.data(), y.data(), m, &pool, isa, &s);
+          EXPECT_TRUE(same_bits(y, ref))
+              << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
 // Accuracy against a double dot over the dequantised weights and the original
 // float activations. Float types: |err| <= 1e-5 * sum|w x| (a few float
 // roundings per term). Integer types: each activation is rounded to a step of

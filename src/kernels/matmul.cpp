@@ -99,19 +99,39 @@ void run_parallel(int64_t rows, int64_t work, ThreadPool* pool, const ThreadPool
   });
 }
 
+// n elements of v; grows without copying the old contents (no call reads
+// them).
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) {
+    std::vector<T>().swap(v);
+    v.resize(static_cast<size_t>(n));
+  }
+  return v.data();
+}
+
 void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
-                const IsaKernels& kt) {
+                const IsaKernels& kt, MatmulScratch& s) {
   const int64_t rows = w.rows, cols = w.cols;
   const int64_t kp = mm::padded_k(cols);
-  const int64_t n_groups = kp / mm::kGroup;
+  const int64_t n_groups = kp / mm::kGroup, k_groups = cols / mm::kGroup;
   const bool with_min = mm::has_min(w.type);
   const bool w_signed = mm::is_signed_type(w.type);
 
-  // Quantised activations, zero-padded to kp (the padding adds nothing).
-  std::vector<int8_t> act_q(static_cast<size_t>(m * kp));           // [m, kp]
-  std::vector<float> act_f(static_cast<size_t>(2 * m * n_groups));  // [2][m, n_groups]
-  const ActRows act{act_q.data(), act_f.data(), act_f.data() + m * n_groups, kp};
-  for (int64_t i = 0; i < m; ++i) kt.quantize_act(x + i * cols, cols, act, i);
+  // Quantised activations, zero-padded to kp (the padding adds nothing;
+  // quantize_act writes only the first cols values and groups of a row).
+  // Its zero scales (here and in the decoded rows) are what make it a
+  // no-op; the int8 values are zeroed too, as matmul_internal.h states the
+  // padding, though no kernel gives them weight under a zero scale.
+  int8_t* const act_q = grow(s.act_q, m * kp);           // [m, kp]
+  float* const act_f = grow(s.act_f, 2 * m * n_groups);  // [2][m, n_groups]
+  const ActRows act{act_q, act_f, act_f + m * n_groups, kp};
+  for (int64_t i = 0; i < m; ++i) {
+    kt.quantize_act(x + i * cols, cols, act, i);
+    std::fill(act_q + i * kp + cols, act_q + (i + 1) * kp, int8_t{0});
+    std::fill(act.d + i * n_groups + k_groups, act.d + (i + 1) * n_groups, 0.0f);
+    std::fill(act.asum + i * n_groups + k_groups, act.asum + (i + 1) * n_groups, 0.0f);
+  }
 
   const int64_t rb_rows = rows_per_block(m);
   // Small batches (decode; on some ISAs and types somewhat larger ones, see
@@ -119,7 +139,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   // for the type: the weights are then read once, interleaved with the
   // arithmetic.
   const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type, m);
-  auto run = [&](int64_t r_begin, int64_t r_end, int /*thread*/) {
+  auto run = [&](int64_t r_begin, int64_t r_end, int thread) {
     if (direct) {  // the kernels add the offset term themselves
       float out[mm::kMaxTileR * mm::kMaxTileC];
       for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
@@ -133,12 +153,20 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
       }
       return;
     }
-    // This chunk's decoded weight rows, zero-padded like the activations.
-    std::vector<int8_t> dec_w(static_cast<size_t>(rb_rows * kp));  // [rb_rows, kp]
-    std::vector<float> dec_f(static_cast<size_t>(rb_rows * (kp / 16 + n_groups)));
-    const DecRows dec{dec_w.data(), dec_f.data(),  // ws: [rb_rows, kp/16]
-                      with_min ? dec_f.data() + rb_rows * (kp / 16) : nullptr,  // wm
-                      kp};
+    // This thread's decoded weight rows, zero-padded like the activations:
+    // decode writes only the first cols values (cols / 16 ws, cols / 32 wm)
+    // of a row, so the padding is cleared once here.
+    MatmulScratch::PerThread& ts = s.threads[thread];
+    const int64_t n_ws = kp / 16, k_ws = cols / 16;
+    int8_t* const dec_w = grow(ts.dec_w, rb_rows * kp);                // [rb_rows, kp]
+    float* const dec_f = grow(ts.dec_f, rb_rows * (n_ws + n_groups));  // ws, then wm
+    const DecRows dec{dec_w, dec_f,  // ws: [rb_rows, kp/16], wm: [rb_rows, kp/32]
+                      with_min ? dec_f + rb_rows * n_ws : nullptr, kp};
+    for (int64_t r = 0; r < rb_rows; ++r) {
+      std::fill(dec_w + r * kp + cols, dec_w + (r + 1) * kp, int8_t{0});
+      std::fill(dec.ws + r * n_ws + k_ws, dec.ws + (r + 1) * n_ws, 0.0f);
+      if (with_min) std::fill(dec.wm + r * n_groups + k_groups, dec.wm + (r + 1) * n_groups, 0.0f);
+    }
     float out[mm::kMaxTileR * mm::kMaxTileC];
     for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
       const int64_t nr = std::min(rb_rows, r_end - rb);
@@ -159,15 +187,8 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   run_parallel(rows, rows * cols * m, pool, run);
 }
 
-// n floats of v, 64-byte aligned; grows without copying the old contents
-// (no call reads them).
-float* grow_aligned(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n + kDotLanes) {
-    std::vector<float>().swap(v);
-    v.resize(static_cast<size_t>(n + kDotLanes));
-  }
-  return align64(v.data());
-}
+// n floats of v, 64-byte aligned.
+float* grow_aligned(std::vector<float>& v, int64_t n) { return align64(grow(v, n + kDotLanes)); }
 
 // Output rows [r_begin, r_end) of the float path through widened (or, for
 // F32, in-place) weight rows: blocks of rb_rows rows, chunks of
@@ -232,7 +253,7 @@ void float_blocked(const WeightView& w, const float* xa, int64_t xs, float* y, i
 }
 
 void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
-                  const IsaKernels& kt, MatmulScratch* scratch) {
+                  const IsaKernels& kt, MatmulScratch& s) {
   const int64_t rows = w.rows, cols = w.cols;
   // F32 rows are read in place; the model loader rejects F32 weights that are
   // not float-aligned (a file may declare an alignment of 1 or 2).
@@ -254,10 +275,6 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
     });
     return;
   }
-  MatmulScratch local;
-  MatmulScratch& s = scratch != nullptr ? *scratch : local;
-  const size_t n_threads = pool != nullptr ? static_cast<size_t>(pool->size()) : 1;
-  if (s.threads.size() < n_threads) s.threads.resize(n_threads);
   if (m <= mm::kDecodeRows) {  // a few rows (F32, or no direct kernel): whole K, no copy
     run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int thread) {
       float_blocked(w, x, cols, y, m, r_begin, r_end, cols, kt, s.threads[thread]);
@@ -297,10 +314,14 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool
   }
   assert(isa_supported(isa));
   const IsaKernels& kt = *kernel_table(isa).matmul;
+  MatmulScratch local;
+  MatmulScratch& s = scratch != nullptr ? *scratch : local;
+  const size_t n_threads = pool != nullptr ? static_cast<size_t>(pool->size()) : 1;
+  if (s.threads.size() < n_threads) s.threads.resize(n_threads);
   if (mm::is_int_type(w.type)) {
-    matmul_int(w, x, y, m, pool, kt);
+    matmul_int(w, x, y, m, pool, kt, s);
   } else {
-    matmul_float(w, x, y, m, pool, kt, scratch);
+    matmul_float(w, x, y, m, pool, kt, s);
   }
 }
 

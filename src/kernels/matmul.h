@@ -44,22 +44,32 @@ struct WeightView {
   size_t row_bytes = 0;
 };
 
-// Buffers of the float prefill path (F32, F16, BF16 with more than a few
-// activation rows) that an owner keeps from one matmul call to the next:
+// Buffers of matmul that an owner keeps from one call to the next:
 // allocated per call, buffers this size went back to the system on free and
-// were faulted in again on the next call (3-5x slower calls at 64 rows).
-// Holds capacity only: every element a call reads, that call wrote first,
-// so nothing passes from one call to the next. Grows to the largest call
-// seen: per pool thread (64 * (K + 32) + 32 * 64 * 16) floats, plus one
-// copy of the activations, m * (K + 32) floats. Not thread-safe: one
-// matmul call at a time per scratch.
+// were faulted in again on the next call (3-5x slower float calls at 64
+// rows). Holds capacity only: every element a call reads, that call wrote
+// first (the integer path's zero padding included), so nothing passes from
+// one call to the next. Grows to the largest call seen (Kp: K rounded up to
+// 256):
+// - float prefill path (F32, F16, BF16 beyond a few activation rows): per
+//   pool thread 64 * (K + 32) + 32 * 64 * 16 floats, plus one copy of the
+//   activations, m * (K + 32) floats;
+// - integer path: the quantised activations, m * Kp bytes + m * Kp / 16
+//   floats, and where the rows are decoded first (batches too large for
+//   the direct kernels), per pool thread 16 * Kp bytes + 16 * 3 * Kp / 32
+//   floats.
+// Not thread-safe: one matmul call at a time per scratch.
 struct MatmulScratch {
   struct PerThread {
-    std::vector<float> w;    // [rows per block, K + 32] widened weight rows
-    std::vector<float> acc;  // [chunk / 4 * tiles per block][16 pairs][16 lanes]
+    std::vector<float> w;       // [rows per block, K + 32] widened weight rows
+    std::vector<float> acc;     // [chunk / 4 * tiles per block][16 pairs][16 lanes]
+    std::vector<int8_t> dec_w;  // [rows per block, Kp] decoded integer weight rows
+    std::vector<float> dec_f;   // [rows per block, Kp / 16 + Kp / 32] their ws, wm
   };
   std::vector<PerThread> threads;  // [pool size], by ThreadPool's `thread` index
   std::vector<float> x;            // [m, K + 32] the activations on 64-byte aligned rows
+  std::vector<int8_t> act_q;       // [m, Kp] quantised activations
+  std::vector<float> act_f;        // [2][m, Kp / 32] their scales and sums
 };
 
 // y = x W^T for a batch of m activations: y[i][r] = sum_c W[r][c] * x[i][c].
