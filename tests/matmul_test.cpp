@@ -309,8 +309,12 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
 // outputs must equal those of a call with fresh buffers, bit for bit, for
 // the direct kernels (m = 3), the decoded or widened rows (m = 12) and past
 // kMaxDirectRows (m = 70); K leaves padding up to the next 256 (32, 480) or
-// none (256). Fails when the integer path's zero padding of the activation
-// or decoded rows, or the float path's zeroing of its lanes, is dropped.
+// none (256). Fails when the integer path's zero scales of the padding
+// (d, asum of the activations; ws, wm of the decoded rows) or the float
+// path's zeroing of its lanes are dropped (int8 junk under a zero scale
+// changes nothing, so the padding's int8 zeros are not what it pins). The
+// buffers must still be the junk-filled ones after the call: a buffer
+// that grew would be fresh and prove nothing.
 TEST(Matmul, ScratchContentsNeverReachTheOutput) {
   ThreadPool pool(2);
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -340,6 +344,15 @@ TEST(Matmul, ScratchContentsNeverReachTheOutput) {
           }
           std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
           matmul(w.view, x.data(), y.data(), m, &pool, isa, &s);
+          ASSERT_EQ(s.x.size(), n);
+          ASSERT_EQ(s.act_q.size(), n);
+          ASSERT_EQ(s.act_f.size(), n);
+          for (const auto& ts : s.threads) {
+            ASSERT_EQ(ts.w.size(), n);
+            ASSERT_EQ(ts.acc.size(), n);
+            ASSERT_EQ(ts.dec_w.size(), n);
+            ASSERT_EQ(ts.dec_f.size(), n);
+          }
           EXPECT_TRUE(same_bits(y, ref))
               << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
         }

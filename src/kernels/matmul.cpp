@@ -120,8 +120,8 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
 
   // Quantised activations, zero-padded to kp (the padding adds nothing;
   // quantize_act writes only the first cols values and groups of a row).
-  // Its zero scales (here and in the decoded rows) are what make it a
-  // no-op; the int8 values are zeroed too, as matmul_internal.h states the
+  // The padding's zero scales (here and in the decoded rows) are what make
+  // it a no-op; the int8 values are zeroed too, as matmul_internal.h states the
   // padding, though no kernel gives them weight under a zero scale.
   int8_t* const act_q = grow(s.act_q, m * kp);           // [m, kp]
   float* const act_f = grow(s.act_f, 2 * m * n_groups);  // [2][m, n_groups]

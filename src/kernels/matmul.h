@@ -55,16 +55,16 @@ struct WeightView {
 //   pool thread 64 * (K + 32) + 32 * 64 * 16 floats, plus one copy of the
 //   activations, m * (K + 32) floats;
 // - integer path: the quantised activations, m * Kp bytes + m * Kp / 16
-//   floats, and where the rows are decoded first (batches too large for
-//   the direct kernels), per pool thread 16 * Kp bytes + 16 * 3 * Kp / 32
-//   floats.
+//   floats, and where the rows are decoded first (the ISA's table has no
+//   direct kernel for the type at this m), per pool thread up to 16 * Kp
+//   bytes + 16 * 3 * Kp / 32 floats.
 // Not thread-safe: one matmul call at a time per scratch.
 struct MatmulScratch {
   struct PerThread {
     std::vector<float> w;       // [rows per block, K + 32] widened weight rows
     std::vector<float> acc;     // [chunk / 4 * tiles per block][16 pairs][16 lanes]
     std::vector<int8_t> dec_w;  // [rows per block, Kp] decoded integer weight rows
-    std::vector<float> dec_f;   // [rows per block, Kp / 16 + Kp / 32] their ws, wm
+    std::vector<float> dec_f;   // [rows per block, Kp / 16] ws, then [rows per block, Kp / 32] wm
   };
   std::vector<PerThread> threads;  // [pool size], by ThreadPool's `thread` index
   std::vector<float> x;            // [m, K + 32] the activations on 64-byte aligned rows

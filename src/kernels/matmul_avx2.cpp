@@ -355,7 +355,10 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
       }
     }
     if (n == 8) {  // the same loop with a constant count, unrolled
-      for (int j = 0; j < 8; j += 2) block(b8 + j, j, kEven), block(b8 + j + 1, j + 1, kOdd);
+      for (int j = 0; j < 8; j += 2) {
+        block(b8 + j, j, kEven);
+        block(b8 + j + 1, j + 1, kOdd);
+      }
     } else {
       for (int j = 0; j < n; j += 2) {
         block(b8 + j, j, kEven);
@@ -379,7 +382,8 @@ using DirectSubtileFn = void (*)(const uint8_t*, size_t, int64_t, const ActRows&
 // A direct tile of R x C from sub-tiles of 2 x 2, or with kWide, for more
 // than two activation rows, of one weight row by up to four activation rows
 // (each block is then decoded once per four activation rows, not per two,
-// but a weight row's blocks are read twice as often). Which one wins
+// but each activation row's q and scales are loaded once per weight row
+// rather than once per two). Which one wins
 // depends on how the decode cost compares with the dot products; measured
 // with the AVX2 kernels on the Zen 5 class VM, 2048 x 512 weights in L2,
 // one thread, 8 activation rows (GOP/s, 1 x 4 vs 2 x 2): 2 x 2 for Q4_K 63
