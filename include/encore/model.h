@@ -183,7 +183,7 @@ class ForwardContext {
   std::vector<float> out_logits_;         // [n_out, n_vocab]
   std::vector<const uint8_t*> k_blocks_;  // [n_seq_in_step, max blocks] K block pointers of a layer
   std::vector<const uint8_t*> v_blocks_;  // [n_seq_in_step, max blocks] V block pointers
-  std::unique_ptr<kernels::MatmulScratch> mm_scratch_;  // the float matmuls' buffers
+  std::unique_ptr<kernels::MatmulScratch> mm_scratch_;  // the matmuls' buffers
 };
 
 }  // namespace encore
