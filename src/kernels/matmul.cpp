@@ -44,6 +44,23 @@ void store_tile(const float* out, int R, int C, float* y, int64_t rows, int64_t 
   }
 }
 
+// The register tiles of output rows [r_begin, r_end) x activation rows
+// [0, m) of the direct (in-place) kernels: tile(R, C, r0, i0, out) fills
+// out: [C * R], which goes into y: [m, rows].
+template <class Tile>
+void direct_tiles(int64_t r_begin, int64_t r_end, int64_t m, float* y, int64_t rows,
+                  const Tile& tile) {
+  float out[mm::kMaxTileR * mm::kMaxTileC];
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
+    const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
+    for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
+      const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
+      tile(R, C, r0, i0, out);
+      store_tile(out, R, C, y, rows, i0, r0);
+    }
+  }
+}
+
 // Weight rows decoded per block: small for decode-sized batches (the block
 // stays in L1 while its few activation rows pass over it), larger for
 // prefill so each decoded row is reused by every activation row while in L2.
@@ -141,16 +158,11 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type, m);
   auto run = [&](int64_t r_begin, int64_t r_end, int thread) {
     if (direct) {  // the kernels add the offset term themselves
-      float out[mm::kMaxTileR * mm::kMaxTileC];
-      for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
-        const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
-        for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
-          const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
-          kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes,
-                         cols, act, i0, out);
-          store_tile(out, R, C, y, rows, i0, r0);
-        }
-      }
+      direct_tiles(r_begin, r_end, m, y, rows,
+                   [&](int R, int C, int64_t r0, int64_t i0, float* out) {
+                     kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
+                                    w.row_bytes, cols, act, i0, out);
+                   });
       return;
     }
     // This thread's decoded weight rows, zero-padded like the activations:
@@ -262,16 +274,11 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
   // Small batches (decode) read F16/BF16 rows in place where the ISA can.
   if (w.type != DType::F32 && kt.has_direct_float != nullptr && kt.has_direct_float(w.type, m)) {
     run_parallel(rows, rows * cols * m, pool, [&](int64_t r_begin, int64_t r_end, int) {
-      float out[mm::kMaxTileR * mm::kMaxTileC];
-      for (int64_t r0 = r_begin; r0 < r_end; r0 += mm::kMaxTileR) {
-        const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, r_end - r0));
-        for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
-          const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
-          kt.direct_float_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
-                               w.row_bytes, x + i0 * cols, cols, cols, out);
-          store_tile(out, R, C, y, rows, i0, r0);
-        }
-      }
+      direct_tiles(
+          r_begin, r_end, m, y, rows, [&](int R, int C, int64_t r0, int64_t i0, float* out) {
+            kt.direct_float_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
+                                 w.row_bytes, x + i0 * cols, cols, cols, out);
+          });
     });
     return;
   }
