@@ -204,6 +204,17 @@ void decode_avx2(DType t, const uint8_t* src, int64_t k, const DecRows& dr, int6
   }
 }
 
+// v, kept in a register: GCC 12 otherwise folds a load into every fma that
+// uses the loaded value, so in a 2 x 2 float sub-tile each weight and
+// activation vector was loaded twice (12 loads per 8 fmas; the loads, not
+// the fmas, were the limit). The empty asm, which GCC must assume changes
+// v, stops the folding. Speed only: the same fmas in the same order.
+template <class V>
+inline V in_register(V v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
 // [s0 x4, s1 x4] from two consecutive floats.
 inline __m256 expand_ws(const float* p) {
   const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -525,13 +536,17 @@ struct LoadBF16 {
   }
 };
 
-// Sub-tile of R <= 2 x C <= 2 canonical dot products over k more values of
-// weight rows `stride` bytes apart, continuing their 16 lanes (2 registers)
-// at acc + 16 * (c * lda + r). kAhead > 0: also prefetch the same bytes
-// kAhead rows further on (F16/BF16 rows read in place).
+// The whole 16-value steps of float_subtile (k16 values), continuing the
+// lanes at acc_io (layout there). Apart from the masked tail on purpose, as
+// float_steps of matmul_avx512.cpp: with the tail in the same function GCC
+// 12 stored every accumulator to memory on every step. With in_register,
+// measured on the Zen 5 class VM with the AVX2 kernels: a 4 x 4 float tile
+// over K blocks of 1024 (weights from L2), one thread, 68 -> 87 GFLOP/s
+// (peak ~110); 5632 x 2048 F16 weights x 512 rows, two threads, 107-121 ->
+// 147-156; `encore bench` F16 prefill 512, 48-49 -> 55-67 tok/s.
 template <int R, int C, class L, size_t kAhead>
-void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
-                   float* acc_io, int lda) {
+__attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, const float* x,
+                                           int64_t x_stride, int64_t k16, float* acc_io, int lda) {
   __m256 acc[C][R][2];
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) {
@@ -539,7 +554,6 @@ void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_st
       acc[c][r][1] = _mm256_loadu_ps(acc_io + 16 * (c * lda + r) + 8);
     }
   }
-  const int64_t k16 = k / 16 * 16;
   for (int64_t i = 0; i < k16; i += 16) {
     __m256 wv[R][2];
     for (int r = 0; r < R; ++r) {
@@ -547,34 +561,15 @@ void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_st
         _mm_prefetch(reinterpret_cast<const char*>(w + (r + kAhead) * stride + 2 * i), _MM_HINT_T0);
       }
       L::load(w + r * stride, i, wv[r][0], wv[r][1]);
+      wv[r][0] = in_register(wv[r][0]);
+      wv[r][1] = in_register(wv[r][1]);
     }
     for (int c = 0; c < C; ++c) {
-      const __m256 x0 = _mm256_loadu_ps(x + c * x_stride + i);
-      const __m256 x1 = _mm256_loadu_ps(x + c * x_stride + i + 8);
+      const __m256 x0 = in_register(_mm256_loadu_ps(x + c * x_stride + i));
+      const __m256 x1 = in_register(_mm256_loadu_ps(x + c * x_stride + i + 8));
       for (int r = 0; r < R; ++r) {
         acc[c][r][0] = _mm256_fmadd_ps(wv[r][0], x0, acc[c][r][0]);
         acc[c][r][1] = _mm256_fmadd_ps(wv[r][1], x1, acc[c][r][1]);
-      }
-    }
-  }
-  if (k16 < k) {
-    // Lanes past k keep their accumulator (blend), as in the scalar twin: an
-    // fma(0, 0, -0) would turn a -0 lane (an underflowed negative product)
-    // into +0.
-    const __m256i m0 = tail_mask(k - k16), m1 = tail_mask(k - k16 - 8);
-    float tmp[R][16];
-    const float* wt[R];
-    for (int r = 0; r < R; ++r) wt[r] = L::tail(w + r * stride, k16, k - k16, tmp[r]);
-    for (int c = 0; c < C; ++c) {
-      const __m256 x0 = _mm256_maskload_ps(x + c * x_stride + k16, m0);
-      const __m256 x1 = _mm256_maskload_ps(x + c * x_stride + k16 + 8, m1);
-      for (int r = 0; r < R; ++r) {
-        const __m256 w0 = _mm256_maskload_ps(wt[r], m0);
-        const __m256 w1 = _mm256_maskload_ps(wt[r] + 8, m1);
-        acc[c][r][0] = _mm256_blendv_ps(acc[c][r][0], _mm256_fmadd_ps(w0, x0, acc[c][r][0]),
-                                        _mm256_castsi256_ps(m0));
-        acc[c][r][1] = _mm256_blendv_ps(acc[c][r][1], _mm256_fmadd_ps(w1, x1, acc[c][r][1]),
-                                        _mm256_castsi256_ps(m1));
       }
     }
   }
@@ -582,6 +577,39 @@ void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_st
     for (int r = 0; r < R; ++r) {
       _mm256_storeu_ps(acc_io + 16 * (c * lda + r), acc[c][r][0]);
       _mm256_storeu_ps(acc_io + 16 * (c * lda + r) + 8, acc[c][r][1]);
+    }
+  }
+}
+
+// Sub-tile of R <= 2 x C <= 2 canonical dot products over k more values of
+// weight rows `stride` bytes apart, continuing their 16 lanes (2 registers)
+// at acc + 16 * (c * lda + r). kAhead > 0: also prefetch the same bytes
+// kAhead rows further on (F16/BF16 rows read in place).
+template <int R, int C, class L, size_t kAhead>
+void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
+                   float* acc_io, int lda) {
+  const int64_t k16 = k / 16 * 16;
+  if (k16 > 0) float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc_io, lda);
+  if (k16 == k) return;
+  // Lanes past k keep their accumulator (blend), as in the scalar twin: an
+  // fma(0, 0, -0) would turn a -0 lane (an underflowed negative product)
+  // into +0.
+  const __m256i m0 = tail_mask(k - k16), m1 = tail_mask(k - k16 - 8);
+  float tmp[R][16];
+  const float* wt[R];
+  for (int r = 0; r < R; ++r) wt[r] = L::tail(w + r * stride, k16, k - k16, tmp[r]);
+  for (int c = 0; c < C; ++c) {
+    const __m256 x0 = _mm256_maskload_ps(x + c * x_stride + k16, m0);
+    const __m256 x1 = _mm256_maskload_ps(x + c * x_stride + k16 + 8, m1);
+    for (int r = 0; r < R; ++r) {
+      float* lanes = acc_io + 16 * (c * lda + r);
+      const __m256 a0 = _mm256_loadu_ps(lanes), a1 = _mm256_loadu_ps(lanes + 8);
+      const __m256 w0 = _mm256_maskload_ps(wt[r], m0);
+      const __m256 w1 = _mm256_maskload_ps(wt[r] + 8, m1);
+      _mm256_storeu_ps(lanes,
+                       _mm256_blendv_ps(a0, _mm256_fmadd_ps(w0, x0, a0), _mm256_castsi256_ps(m0)));
+      _mm256_storeu_ps(lanes + 8,
+                       _mm256_blendv_ps(a1, _mm256_fmadd_ps(w1, x1, a1), _mm256_castsi256_ps(m1)));
     }
   }
 }
