@@ -89,8 +89,12 @@ inline float half(const uint8_t* p) {
 // (byte j takes qh's byte j / 8, then its bit j % 8).
 template <class B>
 inline __m256i legacy_values(const uint8_t* p) {
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::kQs));
-  __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0f));
+  // The 16 bytes in both halves, then the high half shifted by 4: low
+  // nibbles (values 0..15) in the low half, high ones (16..31) in the high.
+  const __m256i x =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::kQs)));
+  __m256i u = _mm256_and_si256(_mm256_srlv_epi64(x, _mm256_setr_epi64x(0, 0, 4, 4)),
+                               _mm256_set1_epi8(0x0f));
   if constexpr (B::kQh >= 0) {
     const __m256i spread =
         _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
@@ -316,6 +320,8 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r][0] = acc[c][r][1] = accm[c][r] = _mm256_setzero_ps();
   alignas(32) float sc[R][C][8];  // fl(d * da) of blocks b8 + [0, 8)
+  const int8_t* aq[C];            // the activation rows (hoisted: GCC recomputed them per block)
+  for (int c = 0; c < C; ++c) aq[c] = a.q + (i0 + c) * a.kp;
   // h (the block's parity: which accumulator) is a compile-time constant:
   // indexed at run time, acc lived on the stack and every fma went through
   // a store and a reload (measured ~1.5-2x slower).
@@ -324,7 +330,11 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
     __m256i wv[R], aw[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * B::kBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
+      // One prefetch per 64 bytes or less: blocks of under 32 bytes take one
+      // per two.
+      if (h == 0 || B::kBytes >= 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + kAhead * row_bytes), _MM_HINT_T0);
+      }
       if constexpr (B::kInt8) {
         wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + B::kQs));
         aw[r] = _mm256_abs_epi8(wv[r]);
@@ -333,8 +343,7 @@ void legacy_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const 
       }
     }
     for (int c = 0; c < C; ++c) {
-      const __m256i qv =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * b));
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq[c] + 32 * b));
       const __m256i base = B::kBias != 0 ? _mm256_maddubs_epi16(bias, qv) : _mm256_setzero_si256();
       for (int r = 0; r < R; ++r) {
         __m256i p16;
