@@ -240,28 +240,39 @@ void int_subtile(const DecRows& dr, int64_t r0, const ActRows& a, int64_t i0, fl
     wp[r] = dr.w + (r0 + r) * kp;
     sp[r] = dr.ws + (r0 + r) * (kp / 16);
   }
-  for (int64_t g = 0; g < ng; g += 2) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i wv[R], aw[R];
-      __m256 sc[R];
+  const int8_t* aq[C];
+  const float* ad[C];
+  for (int c = 0; c < C; ++c) aq[c] = a.q + (i0 + c) * kp, ad[c] = a.d + (i0 + c) * ng;
+  // Group g into acc[..][h], h = g % 2 a compile-time constant (as in
+  // legacy_direct_subtile), each weight and activation vector loaded once
+  // (in_register). 5632 x 2048 weights x 512 rows through the decoded rows,
+  // two threads, medians of three (GOP/s): Q4_K 179 -> 194, Q8_0 157 -> 170,
+  // Q6_K 138 -> 148. A 2 x 2 sub-tile still needs more than 16 registers,
+  // so GCC keeps some accumulators on the stack.
+  auto group = [&](int64_t g, auto parity) {
+    constexpr int h = decltype(parity)::value;
+    __m256i wv[R], aw[R];
+    __m256 sc[R];
+    for (int r = 0; r < R; ++r) {
+      wv[r] = in_register(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[r] + 32 * g)));
+      if (S) aw[r] = _mm256_abs_epi8(wv[r]);
+      sc[r] = expand_ws(sp[r] + 2 * g);
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i qv =
+          in_register(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq[c] + 32 * g)));
+      const __m256 dac = _mm256_broadcast_ss(ad[c] + g);
       for (int r = 0; r < R; ++r) {
-        wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[r] + 32 * (g + h)));
-        if (S) aw[r] = _mm256_abs_epi8(wv[r]);
-        sc[r] = expand_ws(sp[r] + 2 * (g + h));
-      }
-      for (int c = 0; c < C; ++c) {
-        const __m256i qv = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(a.q + (i0 + c) * kp + 32 * (g + h)));
-        const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + g + h);
-        for (int r = 0; r < R; ++r) {
-          const __m256i p16 = S ? _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]))
-                                : _mm256_maddubs_epi16(wv[r], qv);
-          const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-          acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
-        }
+        const __m256i p16 = S ? _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]))
+                              : _mm256_maddubs_epi16(wv[r], qv);
+        const __m256 pf = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[c][r][h] = _mm256_fmadd_ps(pf, _mm256_mul_ps(sc[r], dac), acc[c][r][h]);
       }
     }
+  };
+  for (int64_t g = 0; g < ng; g += 2) {  // ng is a multiple of 8 (kPadTo)
+    group(g, std::integral_constant<int, 0>{});
+    group(g + 1, std::integral_constant<int, 1>{});
   }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) out[c * ldo + r] = reduce16(acc[c][r][0], acc[c][r][1]);
