@@ -74,8 +74,9 @@ void q45_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const A
       const int64_t g = 8 * b + 2 * ch;
       for (int c = 0; c < C; ++c) {
         const int8_t* q = a.q + (i0 + c) * a.kp + g * kGroup;
-        const __m256i qlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-        const __m256i qhi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32));
+        const __m256i qlo = in_register(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+        const __m256i qhi =
+            in_register(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)));
         for (int r = 0; r < R; ++r) {
           const __m256 plo =
               _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wlo[r], qlo), ones));
@@ -151,8 +152,8 @@ void q6_k_direct_subtile(const uint8_t* w, size_t row_bytes, int64_t k, const Ac
         }
         const int64_t g = 8 * b + 4 * h + j;
         for (int c = 0; c < C; ++c) {
-          const __m256i qv =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * g));
+          const __m256i qv = in_register(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (i0 + c) * a.kp + 32 * g)));
           const __m256i base = _mm256_maddubs_epi16(k32, qv);
           const __m256 dac = _mm256_broadcast_ss(a.d + (i0 + c) * ng + g);
           for (int r = 0; r < R; ++r) {
