@@ -208,21 +208,6 @@ void decode_avx2(DType t, const uint8_t* src, int64_t k, const DecRows& dr, int6
   }
 }
 
-// v, kept in a register: GCC 12 otherwise folds a load into every
-// instruction that uses the loaded value, so in a 2 x 2 float sub-tile each
-// weight and activation vector was loaded twice (12 loads per 8 fmas; the
-// loads, not the fmas, were the limit), and the direct integer kernels
-// loaded each activation vector once per maddubs. The empty asm, which GCC
-// must assume changes v, stops the folding. Speed only: the same operations
-// in the same order. Direct kernels, one thread, weights in L2, 1 / 8
-// activation rows (GOP/s): Q6_K 48 -> 56 / 69 -> 81, Q5_0 42 -> 52 / 65 ->
-// 78, Q8_0 52 -> 62 / 73 -> 100 (max 93 -> 102); Q4_0, Q4_K, Q5_K unchanged.
-template <class V>
-inline V in_register(V v) {
-  asm("" : "+x"(v));
-  return v;
-}
-
 // [s0 x4, s1 x4] from two consecutive floats.
 inline __m256 expand_ws(const float* p) {
   const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));

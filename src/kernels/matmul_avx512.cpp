@@ -65,14 +65,14 @@ void int_tile_t(const DecRows& dr, int64_t r0, const ActRows& a, int64_t i0, flo
     __m512i wv[R], base[R];
     __m512 sc[R];
     for (int r = 0; r < R; ++r) {
-      wv[r] = _mm512_loadu_si512(wp[r] + 64 * t);
+      wv[r] = in_register(_mm512_loadu_si512(wp[r] + 64 * t));
       if (S)
         base[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
                                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, wv[r]));
       sc[r] = _mm512_permutexvar_ps(idx_ws, _mm512_broadcast_f32x4(_mm_loadu_ps(sp[r] + 4 * t)));
     }
     for (int c = 0; c < C; ++c) {
-      __m512i qv = _mm512_loadu_si512(qp[c] + 64 * t);
+      __m512i qv = in_register(_mm512_loadu_si512(qp[c] + 64 * t));
       if (S) qv = _mm512_xor_si512(qv, k80);
       const __m128 d2 =
           _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(dp[c] + 2 * t)));
