@@ -39,7 +39,9 @@ bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType
 std::vector<int64_t> cols_for(DType t) {
   if (is_k_quant(t)) return {256, 768};
   if (is_float(t)) return {8, 67, 83, 172, 256};  // 83: an odd 16-value step before the tail
-  return {32, 96, 288, 448, 480};
+  // 512: whole groups of eight blocks, the last one ending the row (the
+  // AVX-512 direct kernels' row-end load).
+  return {32, 96, 288, 448, 480, 512};
 }
 
 struct Weights {
