@@ -115,7 +115,7 @@ TEST(Matmul, SmallBatchesEqualScalarTwin) {
   const float inf = std::numeric_limits<float>::infinity();
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
-      const Weights w = make_weights(t, 13, cols, 21);
+      const Weights w = make_weights(t, 14, cols, 21);  // tiles of 4 and 2 weight rows
       auto x = make_acts(8, cols, 22);
       for (int64_t k = 0; k < cols; ++k) {
         x[1 * cols + k] *= 1e30f;
@@ -170,7 +170,8 @@ TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
   for (DType t : kTypes) {
     if (is_float(t)) continue;
     for (int64_t cols : cols_for(t)) {
-      const Weights w = random_block_weights(t, 9, cols, 31);
+      // 11 rows: tiles of 4 and 3 weight rows (13 and 14 rows above: 4, 1 and 2)
+      const Weights w = random_block_weights(t, 11, cols, 31);
       const auto x = make_acts(8, cols, 32);
       for (int64_t m : {1, 2, 3, 5, 8}) {
         const std::vector<float> xm(x.begin(), x.begin() + m * cols);

@@ -1,8 +1,8 @@
 // AVX-512 (F/BW/DQ/VL + VNNI) matmul kernels: the canonical order of
 // matmul_internal.h with one 512-bit register per pair, covering two 32-value
 // groups: lane L of vpdpbusd sums bytes 4L..4L+3, i.e. lane L % 8 of group
-// 2t + L / 8, which is exactly acc[8 * (g % 2) + l] (legacy_tile_t holds the
-// same sums at permuted lanes, see there). Activation quantisation
+// 2t + L / 8, which is exactly acc[8 * (g % 2) + l] (legacy_tile_rows holds
+// the same sums at permuted lanes, see there). Activation quantisation
 // and weight decoding reuse the AVX2 table (their results are exact anyway).
 //
 // vpdpbusd multiplies u8 by s8. Unsigned weights (<= 31) are the u8 side as
@@ -200,9 +200,9 @@ inline __m256 legacy_scales8_perm(const uint8_t* p, int n, __m256* m8) {
 // (group parity, lane) sequence as in int_tile_t, only at another position,
 // and the lanes are put back in canonical order before reduce16. A pair's
 // nibbles come from one 64-byte load and a word permute (every field starts
-// on an even byte); a load from the pair runs past it, so the row's last
-// pair uses one that ends where the pair does (which a row under 64 bytes
-// cannot: legacy_tile_t copies those into padded rows first). A masked load
+// on an even byte); a load from the pair runs past it, so the pairs within
+// 64 bytes of the row's end use one that ends where the pair does (which a
+// row under 64 bytes cannot: legacy_tile_t copies those into padded rows). A masked load
 // instead was slower, even with every lane on. The scale products fl(d * da)
 // are made eight blocks at a time (one vcvtph2ps and one multiply per row
 // and activation row) and stay in registers; one permute per pair spreads
@@ -249,7 +249,8 @@ void legacy_tile_rows(const uint8_t* w, size_t row_bytes, int64_t k, const ActRo
     for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps(), accm[c][r] = _mm256_setzero_ps();
   __m512 prod[R][C];  // fl(d * da) of blocks b8 + [0, 8) in the low 8 lanes
   // Load: 0 from the pair (it stays in the row), 1 ending where the pair does
-  // (the row's last pair), 2 either, chosen at run time.
+  // (the row's last pair), 2 either, chosen at run time (the second-to-last
+  // pair may need it too).
   auto pair = [&](int64_t b, int t, bool has_hi, auto load) {
     constexpr int kLoad = decltype(load)::value;
     const int span = has_hi ? 2 : 1;  // blocks in the pair
@@ -334,9 +335,9 @@ void legacy_tile_rows(const uint8_t* w, size_t row_bytes, int64_t k, const ActRo
 }
 
 // legacy_tile_rows, with rows under 64 bytes (k < 128 or so: tests, never a
-// model) first copied into zero-padded rows, 64 bytes of padding on each
-// side, so that its loads, which reach up to 64 bytes before or after a
-// pair, stay in memory that is ours.
+// model) first copied behind 64 zero bytes: every pair of such a row loads
+// backwards, up to 64 bytes before its end, which then stays in memory that
+// is ours.
 template <int R, int C, class B>
 void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows& a, int64_t i0,
                    float* out) {
@@ -345,7 +346,7 @@ void legacy_tile_t(const uint8_t* w, size_t row_bytes, int64_t k, const ActRows&
     legacy_tile_rows<R, C, B>(w, row_bytes, k, a, i0, out);
     return;
   }
-  constexpr size_t kPadded = 64 + 64 + 64;
+  constexpr size_t kPadded = 64 + 64;  // the zeros, then the row
   alignas(64) uint8_t padded[R][kPadded] = {};
   for (int r = 0; r < R; ++r) std::memcpy(padded[r] + 64, w + r * row_bytes, bytes);
   legacy_tile_rows<R, C, B>(padded[0] + 64, kPadded, k, a, i0, out);
