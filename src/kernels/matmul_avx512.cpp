@@ -265,8 +265,7 @@ void legacy_tile_rows(const uint8_t* w, size_t row_bytes, int64_t k, const ActRo
       _mm_prefetch(ahead, _MM_HINT_T0);
       _mm_prefetch(ahead + 2 * B::kBytes - 1, _MM_HINT_T0);
       const uint8_t* p1 = p + B::kBytes;
-      const __m512i z = kLoad == 0 ? _mm512_permutexvar_epi16(qs_idx, _mm512_loadu_si512(p))
-                                   : _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(p + off));
+      const __m512i z = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(p + off));
       wv[r] = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xffff0000u, z, 4), m4);
       if constexpr (B::kQh >= 0) {  // bit 4 of value j is bit j of qh, in the chunk order
         // pdep spreads each qh word's halves over the 16-byte chunks of its
