@@ -462,14 +462,27 @@ TEST_F(EngineTest, ResumeContinuesExactlyAndRefusesEditedStates) {
 // The pool admits one of these requests at a time (a 40-token prompt takes
 // 3 of its 5 blocks): A runs, B (priority 0) and C (priority 5) wait; when A
 // ends, C goes first, so C streams its tokens while B has produced nothing.
+// A's 40 tokens take milliseconds: where A was over before C was queued (a
+// busy machine paused this thread), B was rightly admitted alone, so the
+// setup is tried again (it was a flaky failure before).
 TEST_F(EngineTest, HigherPriorityIsAdmittedFirst) {
   Engine& e = engine({.n_ctx = 128, .kv_blocks = 5});
-  RequestHandle a = e.submit(request(prompt_of(40, 1), 1, 40));
   Request b = request(prompt_of(40, 2), 2, 40), c = request(prompt_of(40, 3), 3, 40);
   b.stream = c.stream = true;
   c.priority = 5;
-  RequestHandle hb = e.submit(b);
-  RequestHandle hc = e.submit(c);
+  RequestHandle a, hb, hc;
+  bool queued_behind_a = false;
+  for (int attempt = 0; attempt < 20 && !queued_behind_a; ++attempt) {
+    a = e.submit(request(prompt_of(40, 1), 1, 40));
+    hb = e.submit(b);
+    hc = e.submit(c);
+    queued_behind_a = !a.done();
+    if (!queued_behind_a) {
+      hb.cancel(), hc.cancel();
+      e.drain();
+    }
+  }
+  ASSERT_TRUE(queued_behind_a) << "A ended before B and C were queued in every attempt";
   const std::optional<Event> first_c = hc.next();
   ASSERT_TRUE(first_c.has_value());
   EXPECT_EQ(first_c->kind, Event::Kind::Token);
