@@ -241,8 +241,6 @@ void float_blocked(const WeightView& w, const float* xa, int64_t xs, float* y, i
     }
     for (int64_t ic = 0; ic < m; ic += kFloatChunk) {
       const int64_t ie = std::min(m, ic + kFloatChunk);
-      const int64_t n_ti = (ie - ic + mm::kMaxTileC - 1) / mm::kMaxTileC;
-      std::fill_n(acc, n_ti * n_tr * kTileAcc, 0.0f);
       // K blocks: a block's slice of the activation tile stays in L1 while
       // every weight tile of the row block passes over it. Each output's
       // lanes still see K in order: blocking K changes no bit.
@@ -254,8 +252,8 @@ void float_blocked(const WeightView& w, const float* xa, int64_t xs, float* y, i
           for (int64_t r0 = 0; r0 < nr; r0 += mm::kMaxTileR) {
             const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
             float* tile = acc + kTileAcc * ((i0 - ic) / mm::kMaxTileC * n_tr + r0 / mm::kMaxTileR);
-            kt.float_tile(R, C, wr + r0 * stride + k0, stride, xa + i0 * xs + k0, xs, kn, tile,
-                          fin);
+            kt.float_tile(R, C, wr + r0 * stride + k0, stride, xa + i0 * xs + k0, xs, kn, k0 == 0,
+                          tile, fin);
             if (fin != nullptr) store_tile(out, R, C, y, rows, i0, rb + r0);
           }
         }

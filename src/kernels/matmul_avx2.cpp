@@ -556,12 +556,13 @@ struct LoadBF16 {
 // 147-156; `encore bench` F16 prefill 512, 48-49 -> 55-67 tok/s.
 template <int R, int C, class L, size_t kAhead>
 __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, const float* x,
-                                           int64_t x_stride, int64_t k16, float* acc_io, int lda) {
+                                           int64_t x_stride, int64_t k16, float* acc_io, int lda,
+                                           bool zero, float* out) {
   __m256 acc[C][R][2];
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) {
-      acc[c][r][0] = _mm256_loadu_ps(acc_io + 16 * (c * lda + r));
-      acc[c][r][1] = _mm256_loadu_ps(acc_io + 16 * (c * lda + r) + 8);
+      acc[c][r][0] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(acc_io + 16 * (c * lda + r));
+      acc[c][r][1] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(acc_io + 16 * (c * lda + r) + 8);
     }
   }
   for (int64_t i = 0; i < k16; i += 16) {
@@ -585,8 +586,12 @@ __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, cons
   }
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) {
-      _mm256_storeu_ps(acc_io + 16 * (c * lda + r), acc[c][r][0]);
-      _mm256_storeu_ps(acc_io + 16 * (c * lda + r) + 8, acc[c][r][1]);
+      if (out != nullptr) {
+        out[c * lda + r] = reduce16(acc[c][r][0], acc[c][r][1]);
+      } else {
+        _mm256_storeu_ps(acc_io + 16 * (c * lda + r), acc[c][r][0]);
+        _mm256_storeu_ps(acc_io + 16 * (c * lda + r) + 8, acc[c][r][1]);
+      }
     }
   }
 }
@@ -597,10 +602,18 @@ __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, cons
 // kAhead rows further on (F16/BF16 rows read in place).
 template <int R, int C, class L, size_t kAhead>
 void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
-                   float* acc_io, int lda) {
+                   float* acc_io, int lda, bool zero, float* out) {
   const int64_t k16 = k / 16 * 16;
-  if (k16 > 0) float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc_io, lda);
-  if (k16 == k) return;
+  if (k16 == k && k16 > 0) {
+    float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc_io, lda, zero, out);
+    return;
+  }
+  if (zero) {
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < R; ++r) std::fill_n(acc_io + 16 * (c * lda + r), 16, 0.0f);
+  }
+  if (k16 > 0)
+    float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc_io, lda, false, nullptr);
   // Lanes past k keep their accumulator (blend), as in the scalar twin: an
   // fma(0, 0, -0) would turn a -0 lane (an underflowed negative product)
   // into +0.
@@ -622,13 +635,21 @@ void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_st
                        _mm256_blendv_ps(a1, _mm256_fmadd_ps(w1, x1, a1), _mm256_castsi256_ps(m1)));
     }
   }
+  if (out == nullptr) return;
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      const float* lanes = acc_io + 16 * (c * lda + r);
+      out[c * lda + r] = reduce16(_mm256_loadu_ps(lanes), _mm256_loadu_ps(lanes + 8));
+    }
+  }
 }
 
 // IsaKernels::float_tile on rows read with L, as 2 x 2 sub-tiles.
 template <class L, size_t kAhead>
 void float_block_2x2(int R, int C, const uint8_t* w, size_t stride, const float* x,
-                     int64_t x_stride, int64_t k, float* acc) {
-  using Fn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*, int);
+                     int64_t x_stride, int64_t k, bool first, float* acc, float* out) {
+  using Fn =
+      void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*, int, bool, float*);
   static constexpr Fn kFns[2][2] = {
       {&float_subtile<1, 1, L, kAhead>, &float_subtile<1, 2, L, kAhead>},
       {&float_subtile<2, 1, L, kAhead>, &float_subtile<2, 2, L, kAhead>}};
@@ -636,23 +657,16 @@ void float_block_2x2(int R, int C, const uint8_t* w, size_t stride, const float*
     for (int r = 0; r < R; r += 2) {
       const int rr = R - r >= 2 ? 2 : 1, cc = C - c >= 2 ? 2 : 1;
       kFns[rr - 1][cc - 1](w + r * stride, stride, x + c * x_stride, x_stride, k,
-                           acc + 16 * (c * R + r), R);
+                           acc + 16 * (c * R + r), R, first,
+                           out != nullptr ? out + c * R + r : nullptr);
     }
   }
 }
 
-// The whole dot products, out[j] for the pairs j < n of acc: [n][16].
-void reduce_pairs(const float* acc, int n, float* out) {
-  for (int j = 0; j < n; ++j) {
-    out[j] = reduce16(_mm256_loadu_ps(acc + 16 * j), _mm256_loadu_ps(acc + 16 * j + 8));
-  }
-}
-
 void float_tile_avx2(int R, int C, const float* w, int64_t w_stride, const float* x,
-                     int64_t x_stride, int64_t k, float* acc, float* out) {
+                     int64_t x_stride, int64_t k, bool first, float* acc, float* out) {
   float_block_2x2<LoadF32, 0>(R, C, reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float),
-                              x, x_stride, k, acc);
-  if (out != nullptr) reduce_pairs(acc, R * C, out);
+                              x, x_stride, k, first, acc, out);
 }
 
 #ifndef ENCORE_PF_FLOAT
@@ -669,13 +683,14 @@ bool has_direct_float_avx2(DType t, int64_t m) {
 
 void direct_float_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                             const float* x, int64_t x_stride, int64_t k, float* out) {
-  float acc[kMaxTileR * kMaxTileC][16] = {};
+  float acc[kMaxTileR * kMaxTileC][16];  // used only where k is not a multiple of 16
   if (t == DType::F16) {
-    float_block_2x2<LoadF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, &acc[0][0]);
+    float_block_2x2<LoadF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, true, &acc[0][0],
+                                              out);
   } else {
-    float_block_2x2<LoadBF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, &acc[0][0]);
+    float_block_2x2<LoadBF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, true, &acc[0][0],
+                                               out);
   }
-  reduce_pairs(&acc[0][0], R * C, out);
 }
 
 void widen_avx2(DType t, const uint8_t* src, int64_t k, float* dst) {

@@ -524,10 +524,12 @@ struct LoadBF16 {
 // stored all R x C of them on every step; F16 prefill ran at half speed.
 template <int R, int C, class L, size_t kAhead>
 __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, const float* x,
-                                           int64_t x_stride, int64_t k16, float* acc_io) {
+                                           int64_t x_stride, int64_t k16, float* acc_io, bool zero,
+                                           float* out) {
   __m512 acc[C][R];
   for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_loadu_ps(acc_io + 16 * (c * R + r));
+    for (int r = 0; r < R; ++r)
+      acc[c][r] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_io + 16 * (c * R + r));
   auto step = [&](int64_t i) {
     __m512 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = L::load(w + r * stride, i);
@@ -552,8 +554,18 @@ __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, cons
     if (kAhead > 0) prefetch(i);
     step(i);
   }
+  if (out != nullptr) {
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < R; ++r) out[c * R + r] = reduce16(acc[c][r]);
+    return;
+  }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc_io + 16 * (c * R + r), acc[c][r]);
+}
+
+// out[j] = reduce16 of the lanes of pair j < n of acc: [n][16].
+void reduce_pairs(const float* acc, int n, float* out) {
+  for (int j = 0; j < n; ++j) out[j] = reduce16(_mm512_loadu_ps(acc + 16 * j));
 }
 
 // R x C canonical dot products over k more values of rows of weights
@@ -562,9 +574,14 @@ __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, cons
 // direct F16/BF16 decode path reads the rows in place; speed only).
 template <int R, int C, class L, size_t kAhead>
 void float_block_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
-                   float* acc) {
+                   float* acc, bool first, float* out) {
   const int64_t k16 = k / 16 * 16;
-  if (k16 > 0) float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc);
+  if (k16 == k && k16 > 0) {
+    float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc, first, out);
+    return;
+  }
+  if (first) std::fill_n(acc, 16 * R * C, 0.0f);
+  if (k16 > 0) float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc, false, nullptr);
   if (k16 < k) {
     // Masked: lanes past k are not touched at all (an unmasked
     // fma(0, 0, -0) would turn a -0 lane, left by an underflowed negative
@@ -580,28 +597,25 @@ void float_block_t(const uint8_t* w, size_t stride, const float* x, int64_t x_st
       }
     }
   }
-}
-
-// out[j] = reduce16 of the lanes of pair j < n of acc: [n][16].
-void reduce_pairs(const float* acc, int n, float* out) {
-  for (int j = 0; j < n; ++j) out[j] = reduce16(_mm512_loadu_ps(acc + 16 * j));
+  if (out != nullptr) reduce_pairs(acc, R * C, out);
 }
 
 // The whole dot products: out[c * R + r] (the direct decode path).
 template <int R, int C, class L, size_t kAhead>
 void float_tile_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                   float* out) {
-  alignas(64) float acc[C * R][16] = {};
-  float_block_t<R, C, L, kAhead>(w, stride, x, x_stride, k, &acc[0][0]);
-  reduce_pairs(&acc[0][0], R * C, out);
+  alignas(64) float acc[C * R][16];
+  float_block_t<R, C, L, kAhead>(w, stride, x, x_stride, k, &acc[0][0], true, out);
 }
 
 using FloatTileFn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*);
+using FloatBlockFn = void (*)(const uint8_t*, size_t, const float*, int64_t, int64_t, float*, bool,
+                              float*);
 
 template <bool kBlock, class L, size_t kAhead, int R, int... Cs>
 constexpr auto frow_of(std::integer_sequence<int, Cs...>) {
   if constexpr (kBlock) {
-    return std::array<FloatTileFn, sizeof...(Cs)>{&float_block_t<R, Cs + 1, L, kAhead>...};
+    return std::array<FloatBlockFn, sizeof...(Cs)>{&float_block_t<R, Cs + 1, L, kAhead>...};
   } else {
     return std::array<FloatTileFn, sizeof...(Cs)>{&float_tile_t<R, Cs + 1, L, kAhead>...};
   }
@@ -609,18 +623,17 @@ constexpr auto frow_of(std::integer_sequence<int, Cs...>) {
 
 // [R - 1][C - 1]: float_block_t (kBlock) or float_tile_t.
 template <bool kBlock, class L, size_t kAhead>
-constexpr std::array<std::array<FloatTileFn, 4>, 4> float_table() {
+constexpr auto float_table() {
   constexpr auto seq = std::make_integer_sequence<int, 4>{};
-  return {frow_of<kBlock, L, kAhead, 1>(seq), frow_of<kBlock, L, kAhead, 2>(seq),
-          frow_of<kBlock, L, kAhead, 3>(seq), frow_of<kBlock, L, kAhead, 4>(seq)};
+  return std::array{frow_of<kBlock, L, kAhead, 1>(seq), frow_of<kBlock, L, kAhead, 2>(seq),
+                    frow_of<kBlock, L, kAhead, 3>(seq), frow_of<kBlock, L, kAhead, 4>(seq)};
 }
 
 void float_tile_avx512(int R, int C, const float* w, int64_t w_stride, const float* x,
-                       int64_t x_stride, int64_t k, float* acc, float* out) {
+                       int64_t x_stride, int64_t k, bool first, float* acc, float* out) {
   static constexpr auto kTable = float_table<true, LoadF32, 0>();
   kTable[R - 1][C - 1](reinterpret_cast<const uint8_t*>(w), w_stride * sizeof(float), x, x_stride,
-                       k, acc);
-  if (out != nullptr) reduce_pairs(acc, R * C, out);
+                       k, acc, first, out);
 }
 
 #ifndef ENCORE_PF_FLOAT

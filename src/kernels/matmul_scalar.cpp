@@ -234,7 +234,8 @@ void int_tile_scalar(int R, int C, bool, const DecRows& dr, int64_t r0, const Ac
 }
 
 void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const float* x,
-                       int64_t x_stride, int64_t k, float* acc, float* out) {
+                       int64_t x_stride, int64_t k, bool first, float* acc, float* out) {
+  if (first) std::fill_n(acc, kDotLanes * R * C, 0.0f);
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) {
       float* lanes = acc + kDotLanes * (c * R + r);  // [16], dot_canonical's acc
