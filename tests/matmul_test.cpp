@@ -268,7 +268,9 @@ TEST(Matmul, ThreadCountInvariance) {
 // activation rows a 32-row chunk plus a partial one ending in a 3-row tile;
 // the activations start on a cache line and one float past it.
 TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
-  const int64_t rows = 70, m = 43;
+  // 71 rows: tiles of 4 weight rows end in one of 3 (one thread: 64 + 7; two:
+  // 36 + 35), and 43 activation rows in one of 3.
+  const int64_t rows = 71, m = 43;
   ThreadPool pool(2);
   // Kept across every call below, as ForwardContext keeps it: a K = 2048 call
   // then finds the buffers of a K = 2131 one (stale contents must not count).

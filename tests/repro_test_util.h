@@ -5,15 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
-#include <set>
+#include <optional>
+#include <ostream>
 #include <string>
-#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "encore/engine.h"
@@ -29,15 +28,15 @@
 
 namespace encore::repro_test {
 
-constexpr int kCtx = 256;
-constexpr int32_t kN = 32;  // tokens per sample of most requests
-constexpr uint64_t kSeed = 0x5eed1234abcdull;
+inline constexpr int kCtx = 256;
+inline constexpr int32_t kN = 32;  // tokens per sample of most requests
+inline constexpr uint64_t kSeed = 0x5eed1234abcdull;
 
-const char* const kPromptText =
+inline constexpr const char* kPromptText =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
     "park with her friends. One day, she saw a big red ball under a tall tree. She ran to get "
     "it, but a small brown dog took it first. Lily was sad, so she";
-const char* const kOtherText =
+inline constexpr const char* kOtherText =
     "Tom and his dog Max went to the beach. The sun was hot and the water was cold, so they "
     "sat on the sand and ate apples and bread until the birds came to";
 

@@ -547,7 +547,9 @@ struct LoadBF16 {
 };
 
 // The whole 16-value steps of float_subtile (k16 values), continuing the
-// lanes at acc_io (layout there). Apart from the masked tail on purpose, as
+// lanes at acc_io (layout there), or with `zero` starting them at +0
+// (acc_io not read); with `out` set, out[c * lda + r] = reduce16 of the
+// lanes instead of storing them. Apart from the masked tail on purpose, as
 // float_steps of matmul_avx512.cpp: with the tail in the same function GCC
 // 12 stored every accumulator to memory on every step. With in_register,
 // measured on the Zen 5 class VM with the AVX2 kernels: a 4 x 4 float tile
@@ -598,8 +600,10 @@ __attribute__((noinline)) void float_steps(const uint8_t* w, size_t stride, cons
 
 // Sub-tile of R <= 2 x C <= 2 canonical dot products over k more values of
 // weight rows `stride` bytes apart, continuing their 16 lanes (2 registers)
-// at acc + 16 * (c * lda + r). kAhead > 0: also prefetch the same bytes
-// kAhead rows further on (F16/BF16 rows read in place).
+// at acc_io + 16 * (c * lda + r), or from +0 with `zero`; with `out` set
+// also out[c * lda + r] = the whole dot products (IsaKernels::float_tile).
+// kAhead > 0: also prefetch the same bytes kAhead rows further on (F16/BF16
+// rows read in place).
 template <int R, int C, class L, size_t kAhead>
 void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                    float* acc_io, int lda, bool zero, float* out) {
@@ -683,7 +687,7 @@ bool has_direct_float_avx2(DType t, int64_t m) {
 
 void direct_float_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                             const float* x, int64_t x_stride, int64_t k, float* out) {
-  float acc[kMaxTileR * kMaxTileC][16];  // used only where k is not a multiple of 16
+  float acc[kMaxTileR * kMaxTileC][16];  // used only where k is 0 or not a multiple of 16
   if (t == DType::F16) {
     float_block_2x2<LoadF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, true, &acc[0][0],
                                               out);

@@ -518,7 +518,9 @@ struct LoadBF16 {
 };
 
 // The whole 16-value steps of float_block_t (k16 values), continuing the
-// accumulators acc: [C * R][16]. Kept apart from the masked tail on purpose:
+// accumulators acc_io: [C * R][16], or with `zero` starting them at +0
+// (acc_io not read); with `out` set, out[c * R + r] = reduce16 of the lanes
+// instead of storing them. Kept apart from the masked tail on purpose:
 // with the tail in the same function (as a second call of one step lambda,
 // or as a mask computed per step) GCC 12 kept the accumulators in memory and
 // stored all R x C of them on every step; F16 prefill ran at half speed.
@@ -569,7 +571,8 @@ void reduce_pairs(const float* acc, int n, float* out) {
 }
 
 // R x C canonical dot products over k more values of rows of weights
-// `stride` bytes apart, continuing acc: [C * R][16] (IsaKernels::float_tile).
+// `stride` bytes apart, continuing acc: [C * R][16], with `first` and `out`
+// as IsaKernels::float_tile has them.
 // kAhead > 0: also prefetch the same bytes kAhead rows further on (the
 // direct F16/BF16 decode path reads the rows in place; speed only).
 template <int R, int C, class L, size_t kAhead>

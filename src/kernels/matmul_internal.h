@@ -120,12 +120,12 @@ struct IsaKernels {
   // x + c * x_stride over their next k values, acc: [C * R][16] (pair
   // (r, c) at acc + 16 * (c * R + r)), in and out. The block must start at
   // a multiple of 16 within the rows, so lane l of the block is lane l of
-  // the whole dot product. `first` (the first block): the lanes start at +0
-  // and acc is not read. With out set (the last block) writes out[c * R + r]
-  // = reduce16 of the pair's lanes, and acc is then left undefined (the
-  // kernels reduce from registers: the lanes of a 4 x 4 tile no longer go
-  // through memory and a zero-fill per chunk; F16 prefill +5-9 % end to
-  // end). Lanes past k are left as they are (a -0 lane stays -0).
+  // the whole dot product. acc is scratch the kernel may always write.
+  // `first` (the first block): the lanes start at +0 and acc is not read.
+  // With out set (the last block) writes out[c * R + r] = reduce16 of the
+  // pair's lanes, and acc's contents are then unspecified (kernels may
+  // reduce from registers without storing the lanes). Lanes past k are left
+  // as they are (a -0 lane stays -0).
   void (*float_tile)(int R, int C, const float* w, int64_t w_stride, const float* x,
                      int64_t x_stride, int64_t k, bool first, float* acc, float* out);
   // Widens a row of F16/BF16 (exact) or F32 into dst: [k].

@@ -2,6 +2,7 @@
 // matmul_internal.h written as plain loops. It defines the numbers; the SIMD
 // tables must reproduce them bit for bit. Also holds the exact weight
 // decoders that the SIMD tables reuse for the rarer types.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
