@@ -263,20 +263,20 @@ TEST(Matmul, ThreadCountInvariance) {
 // every output must still be dot_canonical of its whole rows, on every ISA,
 // the scalar twin included. Shapes cross every blocking edge: K = 2131 is
 // three K blocks of up to 1024 with a 3-value tail after the last 16-value
-// step, K = 2048 two whole blocks; 70 rows are a 64-row block plus a partial
-// one ending in a 2-row tile (one thread; two threads split them), 43
-// activation rows a 32-row chunk plus a partial one ending in a 3-row tile;
-// the activations start on a cache line and one float past it.
+// step, K = 2048 two whole blocks; 70 and 71 rows are a 64-row block plus a
+// partial one ending in a 2- or 3-row tile (one thread; two threads split
+// them as 36 + 34 or 36 + 35), 43 activation rows a 32-row chunk plus a
+// partial one ending in a 3-row tile; the activations start on a cache line
+// and one float past it.
 TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
-  // 71 rows: tiles of 4 weight rows end in one of 3 (one thread: 64 + 7; two:
-  // 36 + 35), and 43 activation rows in one of 3.
-  const int64_t rows = 71, m = 43;
+  const int64_t m = 43;
   ThreadPool pool(2);
   // Kept across every call below, as ForwardContext keeps it: a K = 2048 call
   // then finds the buffers of a K = 2131 one (stale contents must not count).
   MatmulScratch scratch;
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
-    for (int64_t cols : {2131, 2048}) {
+    for (auto [rows, cols] :
+         {std::pair<int64_t, int64_t>{70, 2131}, {70, 2048}, {71, 2131}, {71, 2048}}) {
       const Weights w = make_weights(t, rows, cols, 31);
       const auto acts = make_acts(m, cols, 32);
       std::vector<float> x_buf(static_cast<size_t>(m * cols + 32));
@@ -299,8 +299,9 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
                 if (std::bit_cast<uint32_t>(y[i * rows + r]) != std::bit_cast<uint32_t>(ref)) ++bad;
               }
             }
-            EXPECT_EQ(bad, 0) << dtype_name(t) << " cols=" << cols << " isa=" << isa_name(isa)
-                              << " shift=" << shift << " threads=" << (p ? 2 : 1);
+            EXPECT_EQ(bad, 0) << dtype_name(t) << " rows=" << rows << " cols=" << cols
+                              << " isa=" << isa_name(isa) << " shift=" << shift
+                              << " threads=" << (p ? 2 : 1);
           }
         }
       }

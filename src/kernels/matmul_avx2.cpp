@@ -608,7 +608,7 @@ template <int R, int C, class L, size_t kAhead>
 void float_subtile(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                    float* acc_io, int lda, bool zero, float* out) {
   const int64_t k16 = k / 16 * 16;
-  if (k16 == k && k16 > 0) {
+  if (k16 == k) {  // whole steps only: the lanes stay in registers
     float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc_io, lda, zero, out);
     return;
   }
@@ -687,7 +687,7 @@ bool has_direct_float_avx2(DType t, int64_t m) {
 
 void direct_float_tile_avx2(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
                             const float* x, int64_t x_stride, int64_t k, float* out) {
-  float acc[kMaxTileR * kMaxTileC][16];  // used only where k is 0 or not a multiple of 16
+  float acc[kMaxTileR * kMaxTileC][16];  // used only where k is not a multiple of 16
   if (t == DType::F16) {
     float_block_2x2<LoadF16, ENCORE_PF_FLOAT>(R, C, w, row_bytes, x, x_stride, k, true, &acc[0][0],
                                               out);

@@ -579,25 +579,23 @@ template <int R, int C, class L, size_t kAhead>
 void float_block_t(const uint8_t* w, size_t stride, const float* x, int64_t x_stride, int64_t k,
                    float* acc, bool first, float* out) {
   const int64_t k16 = k / 16 * 16;
-  if (k16 == k && k16 > 0) {
+  if (k16 == k) {  // whole steps only: the lanes stay in registers
     float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc, first, out);
     return;
   }
   if (first) std::fill_n(acc, 16 * R * C, 0.0f);
   if (k16 > 0) float_steps<R, C, L, kAhead>(w, stride, x, x_stride, k16, acc, false, nullptr);
-  if (k16 < k) {
-    // Masked: lanes past k are not touched at all (an unmasked
-    // fma(0, 0, -0) would turn a -0 lane, left by an underflowed negative
-    // product, into +0, which the scalar twin never does).
-    const __mmask16 m = static_cast<__mmask16>((1u << (k - k16)) - 1);
-    __m512 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = L::load_n(w + r * stride, k16, m);
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + k16);
-      for (int r = 0; r < R; ++r) {
-        float* lanes = acc + 16 * (c * R + r);
-        _mm512_storeu_ps(lanes, _mm512_mask3_fmadd_ps(wv[r], xv, _mm512_loadu_ps(lanes), m));
-      }
+  // Masked: lanes past k are not touched at all (an unmasked fma(0, 0, -0)
+  // would turn a -0 lane, left by an underflowed negative product, into +0,
+  // which the scalar twin never does).
+  const __mmask16 m = static_cast<__mmask16>((1u << (k - k16)) - 1);
+  __m512 wv[R];
+  for (int r = 0; r < R; ++r) wv[r] = L::load_n(w + r * stride, k16, m);
+  for (int c = 0; c < C; ++c) {
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + c * x_stride + k16);
+    for (int r = 0; r < R; ++r) {
+      float* lanes = acc + 16 * (c * R + r);
+      _mm512_storeu_ps(lanes, _mm512_mask3_fmadd_ps(wv[r], xv, _mm512_loadu_ps(lanes), m));
     }
   }
   if (out != nullptr) reduce_pairs(acc, R * C, out);
