@@ -11,7 +11,8 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libxxhash-dev
   libzstd-dev libhiredis-dev redis-server  # session store: compressed snapshots, Redis tier
-  libcpp-httplib-dev                   # encore serve
+  libboost-dev                         # encore serve: Boost.Asio + Beast (HTTP)
+  libcpp-httplib-dev                   # tests: an HTTP client for encore serve
   prometheus                           # promtool: the server's /metrics is checked in a test
   libpcre2-dev libicu-dev             # tokenizer: pre-tokenizer regexes, Unicode NFC/NFD
   python3

@@ -38,7 +38,7 @@ if [ "$fuzz_seconds" != "0" ]; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state \
-    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds
+    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds fuzz_http_reader
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
   echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
   tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
@@ -69,6 +69,19 @@ SEEDS
   build-fuzz/bin/fuzz_snapshot_seeds "$snap_corpus"
   build-fuzz/bin/fuzz_snapshot -max_total_time=$((fuzz_seconds / 4)) -max_len=65536 -timeout=10 \
     -rss_limit_mb=2048 -artifact_prefix="$snap_corpus/" "$snap_corpus"
+  echo "== libFuzzer: HTTP requests of encore serve for $((fuzz_seconds / 4))s"
+  http_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-http.XXXXXX")
+  # Seeds: the first byte picks the read size and body limit; then requests.
+  printf '\x05GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.0\r\n\r\n' \
+    >"$http_corpus/get"
+  printf '\x10POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n{"a":1}' \
+    >"$http_corpus/length"
+  printf '\x47POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n4;x=y\r\n{"a"\r\n3\r\n:1}\r\n0\r\nT: v\r\n\r\nGET / HTTP/1.1\r\nHost: y\r\n\r\n' \
+    >"$http_corpus/chunked"
+  printf '\x01POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n{}' \
+    >"$http_corpus/dup"
+  build-fuzz/bin/fuzz_http_reader -max_total_time=$((fuzz_seconds / 4)) -max_len=4096 \
+    -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$http_corpus/" "$http_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

@@ -52,6 +52,7 @@ class ServeProcess {
   ~ServeProcess() { stop(); }
 
   bool ready() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   int port() const { return port_; }
   std::string base() const { return "http://127.0.0.1:" + std::to_string(port_); }
   httplib::Client client() const {
@@ -66,6 +67,11 @@ class ServeProcess {
   int stop() {
     if (pid_ <= 0) return -1;
     kill(pid_, SIGTERM);
+    return wait_exit();
+  }
+  // Waits (30 s at most, then SIGKILL) for the process to end; its exit code.
+  int wait_exit() {
+    if (pid_ <= 0) return -1;
     int status = 0;
     for (int i = 0; i < 3000; ++i) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {

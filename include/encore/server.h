@@ -2,22 +2,31 @@
 //
 // Endpoints: POST /v1/completions, POST /v1/chat/completions (OpenAI's
 // request and response shapes, Server-Sent Events when stream is true),
-// GET /v1/models, GET /health (200 when the engine is ready, 503 before),
-// GET /metrics (Prometheus text format). Every answer carries the
-// system_fingerprint and the seed used; per choice an output_hash.
+// GET /v1/models and /v1/models/{id}, GET /health (200 when the engine is
+// ready, 503 while loading or draining), GET /metrics (Prometheus text
+// format). Every answer carries the system_fingerprint and the seed used;
+// per choice an output_hash.
 //
 // Tenants: with an API-key file (lines `KEY TENANT [max_in_flight=N]
 // [revoked]`), `Authorization: Bearer KEY` is required (401 without or with
-// an unknown key, 403 for a revoked one) and the key's tenant — never a
-// client-supplied field — salts the prefix cache and session keys. Limits:
-// body size (413), prompt vs context (400), requests in flight over all
-// tenants (503 with Retry-After) and per tenant (429 with Retry-After), a
-// per-request timeout. A client that disconnects cancels its request: its
-// KV is freed at the next step. drain() stops taking requests and waits for
-// the ones in flight.
+// an unknown key, 403 for a revoked one), decided from the headers before
+// any body byte is read, and the key's tenant — never a client-supplied
+// field — salts the prefix cache and session keys.
+//
+// Hostile clients (docs/serving.md, "Limits and hostile clients"): the
+// transport (src/server/http_server.h) bounds connections in all and per
+// client address, header bytes and fields, body bytes whatever the framing,
+// and the time a request may take to arrive; malformed requests are answered
+// and their connection closed. Requests: prompt vs context (400), requests
+// in flight over all tenants (503 with Retry-After) and per tenant (429 with
+// Retry-After), a per-request timeout (504, or a timeout error in the body
+// once the answer has begun). A client that disconnects cancels its request:
+// its KV is freed at the next step. drain_and_stop() stops taking requests,
+// waits for the ones in flight up to a grace period, then cancels the rest.
 //
 // Ownership: borrows the Engine (set_engine), which must outlive it; owns
-// its listening socket and HTTP worker threads.
+// its listening socket, its I/O threads and one thread per request being
+// answered.
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -31,21 +40,27 @@ namespace encore {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                    // 0: any free port (see Server::port())
-  std::string api_keys_file;          // "": no authentication, one tenant ("")
-  std::string model_name = "encore";  // the id /v1/models reports
-  std::string chat_template;          // family for chat requests when the model has no template
-  size_t max_body_bytes = 8u << 20;
-  int max_in_flight = 64;    // requests answered at once over all tenants; more get 503
-  int tenant_in_flight = 0;  // default per-tenant limit (0: max_in_flight); more get 429
-  int http_threads = 0;      // 0: 2 x max_in_flight + 8 (slow or idle clients also hold one)
+  int port = 8080;                      // 0: any free port (see Server::port())
+  std::string api_keys_file;            // "": no authentication, one tenant ("")
+  std::string model_name = "encore";    // the id /v1/models reports
+  std::string chat_template;            // family for chat requests when the model has no template
+  size_t max_body_bytes = 8u << 20;     // per request, whatever the framing (413)
+  size_t max_header_bytes = 32u << 10;  // request line and headers (431); at most 100 fields
+  int max_in_flight = 64;               // requests answered at once over all tenants; more get 503
+  int tenant_in_flight = 0;             // default per-tenant limit (0: max_in_flight); more get 429
+  int max_connections = 1024;           // open connections; more are shed at accept (503)
+  int max_connections_per_ip = 64;      // per client address (0: none, e.g. behind a proxy)
+  int io_threads = 2;                   // threads serving every connection's reads and writes
+  // A request may take this long from submission to its last byte (504, or
+  // a timeout error in the body once the answer has begun).
   std::chrono::seconds request_timeout{600};
   // Each read of a request's headers and body must progress within
   // read_timeout, and the whole request must have arrived read_deadline
   // after its first byte: a client that stalls or trickles ("slowloris") is
-  // cut off (counted as rejected, reason slow_client).
+  // answered 408 and cut off (counted as rejected, reason slow_client).
   std::chrono::seconds read_timeout{10};
   std::chrono::milliseconds read_deadline{30000};
+  std::chrono::seconds idle_timeout{5};  // a kept-alive connection waiting for its next request
 };
 
 class Server {
@@ -63,8 +78,11 @@ class Server {
   void set_engine(Engine* engine);
   // Serves until stop(); returns after the last connection closed.
   void run();
-  // Stops taking requests (503), waits up to `grace` for those in flight to
-  // finish, then stops the server (run() returns).
+  // Stops taking requests (503; /health says "draining"), waits up to
+  // `grace` for those in flight to finish, then cancels what is still
+  // running (a stream ends with finish_reason "cancelled" and an error event
+  // with code "shutting_down"), closes every connection and stops the server
+  // (run() returns). Returns within grace plus a few seconds.
   void drain_and_stop(std::chrono::seconds grace);
 
   struct Impl;

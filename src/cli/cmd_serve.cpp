@@ -1,10 +1,12 @@
 // `encore serve`: the OpenAI-compatible HTTP server (include/encore/server.h).
 // The socket is bound first, so /health answers 503 while the model loads;
 // SIGTERM or SIGINT stops taking requests, lets those in flight finish (up
-// to --shutdown-grace) and exits 0; a second signal exits at once.
+// to --shutdown-grace, then cancels them) and exits 0; a second signal exits
+// at once.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -28,8 +30,30 @@ struct ServeArgs {
   int request_timeout_s = 600;
   int read_timeout_s = 10;
   int read_deadline_s = 30;
+  int idle_timeout_s = 5;
   int shutdown_grace_s = 30;
 };
+
+// Each connection holds a file descriptor: raise the soft limit to the hard
+// one, and keep --max-connections below what it allows (with room for the
+// model, the state store and the listener), saying so.
+void raise_file_limit(ServerOptions& so) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+    getrlimit(RLIMIT_NOFILE, &r);
+  }
+  const rlim_t room = r.rlim_cur > 256 ? r.rlim_cur - 128 : r.rlim_cur / 2;
+  if (r.rlim_cur != RLIM_INFINITY && static_cast<rlim_t>(so.max_connections) > room) {
+    fmt::print(stderr,
+               "serve: --max-connections {} lowered to {} (open-file limit {}; raise it with "
+               "ulimit -n)\n",
+               so.max_connections, room, r.rlim_cur);
+    so.max_connections = static_cast<int>(room);
+  }
+}
 
 void run_serve(const ServeArgs& a) {
   // SIGTERM and SIGINT are taken by one thread with sigwait, never by a
@@ -65,6 +89,8 @@ void run_serve(const ServeArgs& a) {
   so.request_timeout = std::chrono::seconds(a.request_timeout_s);
   so.read_timeout = std::chrono::seconds(a.read_timeout_s);
   so.read_deadline = std::chrono::seconds(a.read_deadline_s);
+  so.idle_timeout = std::chrono::seconds(a.idle_timeout_s);
+  raise_file_limit(so);
   const std::unique_ptr<Server> server = Server::create(so);
   fmt::print(stderr, "serve: listening on http://{}:{} (loading {})\n", so.host, server->port(),
              a.model);
@@ -124,17 +150,40 @@ void add_serve_command(CLI::App& app) {
                   "Seconds a client may take to send a whole request, however it trickles")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
+  sub->add_option("--idle-timeout", args->idle_timeout_s,
+                  "Seconds a kept-alive connection may wait for its next request")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  sub->add_option("--max-connections", args->server.max_connections,
+                  "Open client connections; more are shed at accept with 503")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  sub->add_option("--max-connections-per-ip", args->server.max_connections_per_ip,
+                  "Open connections per client address (0: no limit, e.g. behind a proxy)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  sub->add_option("--max-header-bytes", args->server.max_header_bytes,
+                  "Largest request line and headers in bytes (431 above; at most 100 fields)")
+      ->check(CLI::Range(1024, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--io-threads", args->server.io_threads,
+                  "Threads that read and write every connection")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   sub->add_option("--shutdown-grace", args->shutdown_grace_s,
-                  "Seconds a SIGTERM waits for the requests in flight (a second signal: none)")
+                  "Seconds a SIGTERM waits for the requests in flight before cancelling them "
+                  "(a second signal: exit at once)")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
   sub->add_option("--model-name", args->server.model_name, "The model id /v1/models reports")
       ->capture_default_str();
-  sub->add_option("--max-body", args->server.max_body_bytes, "Largest request body in bytes")
+  sub->add_option("--max-body", args->server.max_body_bytes,
+                  "Largest request body in bytes, whatever the framing (413 above)")
       ->check(CLI::Range(1024, 1 << 30))
       ->capture_default_str();
   sub->add_option("--request-timeout", args->request_timeout_s,
-                  "Seconds a request may take (also the grace period at shutdown)")
+                  "Seconds a request may take from submission to its last byte (504; at "
+                  "shutdown, --shutdown-grace bounds it)")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
   add_engine_flags(sub, args->engine,

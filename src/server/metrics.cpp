@@ -49,6 +49,7 @@ std::string endpoint_label(const std::string& path) {
        {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
     if (path == known) return known;
   }
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
 }
 
@@ -64,7 +65,7 @@ void Metrics::rejected(const std::string& reason) {
 
 std::string Metrics::render(const EngineStats& e,
                             const std::vector<std::pair<std::string, StoreCounters>>& tiers,
-                            int64_t in_flight) const {
+                            int64_t in_flight, int64_t connections) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
   // A metric of one series without labels: its HELP/TYPE header and value.
@@ -108,6 +109,7 @@ std::string Metrics::render(const EngineStats& e,
   histogram("encore_inter_token_latency_seconds", "Time between generated tokens of a stream.",
             itl_);
   single("encore_requests_in_flight", "gauge", "HTTP requests being answered.", in_flight);
+  single("encore_open_connections", "gauge", "Client connections open now.", connections);
   single("encore_queue_depth", "gauge", "Requests waiting for the scheduler (preempted ones too).",
          e.requests_waiting);
   single("encore_running_requests", "gauge", "Requests holding KV in the scheduler.",

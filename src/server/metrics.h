@@ -22,19 +22,23 @@ std::string endpoint_label(const std::string& path);
 
 class Metrics {
  public:
-  // A finished HTTP request: endpoint ("/v1/completions" ...) and status code.
+  // A finished HTTP request: endpoint ("/v1/completions" ...) and the status
+  // it ended with (for an answer begun with 200 and then cut short: 499,
+  // 503 or 504, see src/server/completions.cpp).
   void request(const std::string& endpoint, int status);
   void tokens(int64_t prompt, int64_t generated, int64_t cached);
   void time_to_first_token(double seconds);
   void inter_token_latency(double seconds);
   void rejected(const std::string& reason);  // "server_busy", "tenant_limit", "unauthorized" ...
   // How an admitted request ended: ok, cancelled, failed, timeout, disconnected.
+  // Rejections: "server_busy", "tenant_limit", "unauthorized", "revoked",
+  // "shutting_down", "slow_client", "too_many_connections".
   void outcome(const std::string& what);
 
   // The whole exposition: these plus the engine's gauges and counters.
   std::string render(const EngineStats& engine,
                      const std::vector<std::pair<std::string, StoreCounters>>& tiers,
-                     int64_t in_flight) const;
+                     int64_t in_flight, int64_t connections) const;
 
  private:
   struct Histogram {

@@ -121,7 +121,7 @@ Json text_chunk(const ReplyContext& c, uint64_t seed, int choice, const std::str
   return j;
 }
 
-Json finish_chunk(const ReplyContext& c, uint64_t seed, int choice, FinishReason why,
+Json finish_chunk(const ReplyContext& c, uint64_t seed, int choice, std::string_view reason,
                   const std::string& hash) {
   Json j = envelope(c, seed, true);
   Json ch;
@@ -132,7 +132,7 @@ Json finish_chunk(const ReplyContext& c, uint64_t seed, int choice, FinishReason
     ch["text"] = "";
   }
   ch["logprobs"] = nullptr;
-  ch["finish_reason"] = openai_finish_reason(why);
+  ch["finish_reason"] = reason;
   ch["output_hash"] = hash;
   j["choices"] = Json::array({ch});
   return j;

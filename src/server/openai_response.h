@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "encore/engine.h"
 
@@ -38,7 +39,8 @@ Json reply_json(const ReplyContext& c, const Response& r);
 Json role_chunk(const ReplyContext& c, uint64_t seed, int choice);
 Json text_chunk(const ReplyContext& c, uint64_t seed, int choice, const std::string& text,
                 const std::optional<LogprobEntry>& lp, size_t text_offset);
-Json finish_chunk(const ReplyContext& c, uint64_t seed, int choice, FinishReason why,
+// `reason`: openai_finish_reason(), or "cancelled" for a stream cut at shutdown.
+Json finish_chunk(const ReplyContext& c, uint64_t seed, int choice, std::string_view reason,
                   const std::string& output_hash);
 Json usage_chunk(const ReplyContext& c, const Response& r);
 

@@ -1,0 +1,293 @@
+// A completion request from its body to its last byte, on its own thread
+// (server_impl.h): the body is parsed into a Request (src/api), submitted to
+// the engine, and the answer written as it comes.
+//
+// Status codes: a whole answer waits up to 1.5 s before committing to a
+// status line, so that most requests get their real status (400 for what
+// the engine refuses, 504 for a timeout, 500 for a failure). After that the
+// answer is written as it comes — a stream as events, a whole answer after
+// blanks written every 200 ms (JSON allows leading whitespace) — so that a
+// client that goes away cancels its request at once either way, and errors
+// can only be told in the body. /metrics counts each request under the
+// status it ended with: 200 only for an answer given in full, 504 for a
+// timeout, 499 for a client that went away, 503 for a request cancelled at
+// shutdown, 500 for a failure, even where the status line said 200.
+#include <fmt/format.h>
+
+#include "encore/error.h"
+#include "encore/openai.h"
+#include "server/server_impl.h"
+
+namespace encore {
+
+using server::Exchange;
+using server::Json;
+using server::Reply;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How a request's answer ended, for /metrics (see the file comment).
+struct Ending {
+  int status;
+  const char* outcome;
+};
+constexpr Ending kOk{200, "ok"}, kTimeout{504, "timeout"}, kGone{499, "disconnected"},
+    kShutdown{503, "cancelled"}, kCancelled{500, "cancelled"}, kFailed{500, "failed"};
+
+// What one request needs while its answer is written.
+struct Answer {
+  Server::Impl& m;
+  Exchange& ex;
+  RequestHandle& handle;
+  server::ReplyContext ctx = {};
+  std::string endpoint = {};
+  bool stream = false;
+  bool include_usage = false;
+  int n = 1;
+  Clock::time_point deadline = {};
+  Clock::time_point last_write = Clock::now();
+
+  bool write(const std::string& text) {
+    last_write = Clock::now();
+    if (ex.write(text)) return true;
+    handle.cancel();
+    return false;
+  }
+  bool event(const Json& j) { return write("data: " + server::dump(j) + "\n\n"); }
+  // An error told in the body, once the status line has been sent.
+  bool error(const std::string& message, const std::string& code) {
+    const Json err = server::error_json(message, "server_error", {}, code);
+    return stream ? event(err) : write(server::dump(err));
+  }
+  Ending body();
+};
+
+}  // namespace
+
+void Server::Impl::complete(Exchange& ex) {
+  const auto* admitted = static_cast<const Admitted*>(ex.state.get());
+  const bool chat = admitted->chat;
+  const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+  auto answer = [&](Reply r) {
+    metrics.request(endpoint, r.status);
+    ex.reply(std::move(r));
+  };
+  Engine* e = engine.load();
+
+  Json body;
+  Request request;
+  try {
+    body = api::parse_json_body(ex.body());
+    ex.body() = std::string();  // the tree holds what is needed
+    request = api::parse_request(
+        body, chat ? api::Endpoint::ChatCompletions : api::Endpoint::Completions);
+  } catch (const api::RequestError& err) {
+    return answer(server::error_reply(400, err.what(), "invalid_request_error", err.field()));
+  }
+  const bool stream = request.stream;
+  bool include_usage = false;
+  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
+    if (!so->is_object() || !stream) {
+      return answer(server::error_reply(400,
+                                        so->is_object()
+                                            ? "stream_options: only allowed when stream is true"
+                                            : "stream_options: must be an object",
+                                        "invalid_request_error", "stream_options"));
+    }
+    if (const auto iu = so->find("include_usage"); iu != so->end()) {
+      if (!iu->is_boolean()) {
+        return answer(server::error_reply(400,
+                                          "stream_options.include_usage: must be true or false",
+                                          "invalid_request_error", "stream_options.include_usage"));
+      }
+      include_usage = iu->get<bool>();
+    }
+  }
+  if (const auto sid = body.find("session_id"); sid != body.end() && sid->is_string()) {
+    request.session = sid->get<std::string>();
+  }
+  body = Json();
+  if (chat && request.chat_template.empty()) request.chat_template = opt.chat_template;
+  request.tenant = admitted->tenant;  // never from the client
+  request.stream = true;              // events drive both kinds of answer
+
+  auto handle = std::make_shared<RequestHandle>();
+  try {
+    *handle = e->submit(request);
+  } catch (const InvalidArgument& err) {
+    return answer(server::error_reply(400, err.what(), "invalid_request_error",
+                                      api::engine_error_param(err.what())));
+  } catch (const ResourceExhausted& err) {
+    return answer(server::error_reply(400, err.what(), "invalid_request_error",
+                                      api::engine_error_param(err.what()),
+                                      "context_length_exceeded"));
+  }
+  // Registered for the cancel at shutdown; a request that comes in after it
+  // is cancelled at once.
+  const uint64_t number = ++next_id;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    running.emplace(number, handle);
+    if (shutting_down) handle->cancel();
+  }
+  struct Unregister {
+    Impl& m;
+    uint64_t number;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lock(m.mu);
+      m.running.erase(number);
+    }
+  } unregister{*this, number};
+
+  Answer a{*this, ex, *handle};
+  a.endpoint = endpoint;
+  a.ctx.chat = chat;
+  a.ctx.id = new_id(chat);
+  a.ctx.created = std::chrono::duration_cast<std::chrono::seconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  a.ctx.model = opt.model_name;
+  a.ctx.system_fingerprint = e->info().system_fingerprint;
+  a.ctx.logprobs = request.logprobs;
+  a.ctx.engine = e;
+  a.stream = stream;
+  a.include_usage = include_usage;
+  a.n = request.n;
+  a.deadline = Clock::now() + opt.request_timeout;
+
+  // A whole answer: wait a moment before committing to a status line.
+  if (!stream) {
+    const auto commit_at = std::min(a.deadline, Clock::now() + std::chrono::milliseconds(1500));
+    while (!handle->done() && Clock::now() < commit_at) {
+      handle->next_for(std::chrono::milliseconds(50));
+    }
+    if (handle->done() || Clock::now() >= a.deadline) {
+      if (!handle->done()) {
+        handle->cancel();
+        metrics.outcome("timeout");
+        return answer(
+            server::error_reply(504, "the request timed out", "server_error", {}, "timeout"));
+      }
+      const Response& r = handle->wait();
+      if (r.status != Response::Status::Ok) {
+        const bool stopped = r.status == Response::Status::Cancelled;
+        metrics.outcome(stopped ? "cancelled" : "failed");
+        return answer(server::error_reply(stopped && shutting_down ? 503 : 500,
+                                          r.error.empty() ? "the request was cancelled" : r.error,
+                                          "server_error", {},
+                                          stopped && shutting_down ? "shutting_down" : ""));
+      }
+      metrics.outcome("ok");
+      metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
+      if (r.usage.generated_tokens > 0) metrics.time_to_first_token(r.ttft_seconds);
+      Reply whole;
+      whole.body = server::dump(server::reply_json(a.ctx, r));
+      return answer(std::move(whole));
+    }
+  }
+
+  server::HeaderList headers;
+  if (stream) headers.emplace_back("Cache-Control", "no-cache");
+  Ending end = kGone;
+  if (ex.start(200, stream ? "text/event-stream" : server::kJson, headers)) {
+    end = a.body();
+    if (end.status != kGone.status) ex.finish();
+  } else {
+    handle->cancel();
+  }
+  metrics.outcome(end.outcome);
+  metrics.request(endpoint, end.status);
+}
+
+namespace {
+
+// Writes the answer as it comes; how it ended.
+Ending Answer::body() {
+  const size_t count = static_cast<size_t>(n);
+  std::vector<std::vector<TokenId>> ids(count);
+  std::vector<bool> started(count, false), finished(count, false);
+  std::vector<Clock::time_point> last_token(count);
+  std::vector<size_t> offset(count, 0);  // text_offset of the next token
+  const uint64_t seed = handle.seed();
+  for (;;) {
+    if (Clock::now() > deadline) {
+      handle.cancel();
+      return error("the request timed out", "timeout") ? kTimeout : kGone;
+    }
+    const std::optional<Event> ev = handle.next_for(std::chrono::milliseconds(200));
+    if (Clock::now() - last_write >= std::chrono::milliseconds(200)) {
+      if (!write(stream ? ": keep-alive\n\n" : " ")) return kGone;
+    }
+    if (!ev) continue;
+    if (ev->kind == Event::Kind::Done) break;
+    const size_t i = static_cast<size_t>(ev->sample);
+    if (ev->kind == Event::Kind::Token) {
+      ids[i].push_back(ev->id);
+      const auto now = Clock::now();
+      if (stream && ids[i].size() > 1) {
+        m.metrics.inter_token_latency(std::chrono::duration<double>(now - last_token[i]).count());
+      }
+      last_token[i] = now;
+    }
+    if (!stream) continue;
+    if (ctx.chat && !started[i]) {
+      started[i] = true;
+      if (!event(server::role_chunk(ctx, seed, ev->sample))) return kGone;
+    }
+    if (ev->kind == Event::Kind::Token) {
+      const size_t at = offset[i];
+      if (!ctx.chat && ctx.logprobs >= 0) offset[i] += ctx.engine->token_text(ev->id).size();
+      if ((!ev->text.empty() || ev->logprob) &&
+          !event(server::text_chunk(ctx, seed, ev->sample, ev->text, ev->logprob, at))) {
+        return kGone;
+      }
+    }
+    if (ev->kind == Event::Kind::Finish) {
+      finished[i] = true;
+      if (!ev->text.empty() &&
+          !event(server::text_chunk(ctx, seed, ev->sample, ev->text, std::nullopt, offset[i]))) {
+        return kGone;
+      }
+      if (!event(server::finish_chunk(ctx, seed, ev->sample,
+                                      server::openai_finish_reason(ev->finish),
+                                      output_hash(ids[i])))) {
+        return kGone;
+      }
+    }
+  }
+  const Response& r = handle.wait();
+  if (r.status != Response::Status::Ok) {
+    bool stopped = r.status == Response::Status::Cancelled, shutdown = false;
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      shutdown = stopped && m.shutting_down;
+    }
+    // At shutdown, each unfinished choice of a stream ends with a reason
+    // that says so, before the error that tells why.
+    for (size_t i = 0; stream && shutdown && i < count; ++i) {
+      if (finished[i]) continue;
+      if (!event(server::finish_chunk(ctx, seed, static_cast<int>(i), "cancelled",
+                                      output_hash(ids[i])))) {
+        return kGone;
+      }
+    }
+    const std::string why = shutdown  ? "the server is shutting down: the request was cancelled"
+                            : stopped ? "the request was cancelled"
+                                      : r.error;
+    if (!error(why, shutdown ? "shutting_down" : "")) return kGone;
+    return shutdown ? kShutdown : stopped ? kCancelled : kFailed;
+  }
+  m.metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
+  if (r.usage.generated_tokens > 0) m.metrics.time_to_first_token(r.ttft_seconds);
+  if (stream) {
+    if (include_usage && !event(server::usage_chunk(ctx, r))) return kGone;
+    if (!write("data: [DONE]\n\n")) return kGone;
+  } else if (!write(server::dump(server::reply_json(ctx, r)))) {
+    return kGone;
+  }
+  return kOk;
+}
+
+}  // namespace
+}  // namespace encore

@@ -1,0 +1,98 @@
+// Server::Impl: the application behind the HTTP transport (server.cpp: the
+// routes, admission, shutdown; completions.cpp: a completion request from
+// its body to its last byte). Internal to src/server.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "encore/server.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_response.h"
+
+namespace encore {
+
+// Threads that answer one admitted request each (they wait on the engine and
+// write the answer); joined when they end and at shutdown. Their number is
+// bounded by admission (ServerOptions::max_in_flight).
+class RequestThreads {
+ public:
+  void spawn(std::function<void()> work);
+  void join_all();
+  ~RequestThreads() { join_all(); }
+
+ private:
+  struct Entry {
+    std::thread t;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mu_;
+  std::vector<Entry> threads_;
+};
+
+struct Server::Impl {
+  ServerOptions opt;
+  server::ApiKeys keys;
+  bool auth = false;
+  server::Metrics metrics;
+  std::unique_ptr<server::HttpServer> http;
+  std::atomic<Engine*> engine{nullptr};
+  uint64_t id_salt = 0;
+  std::atomic<uint64_t> next_id{0};
+  RequestThreads workers;
+
+  std::mutex mu;
+  std::condition_variable idle;
+  int in_flight = 0;
+  std::unordered_map<std::string, int> by_tenant;
+  bool draining = false;
+  bool shutting_down = false;  // the grace is over: what still runs is cancelled
+  // Requests in flight, by number, for the cancel at shutdown.
+  std::unordered_map<uint64_t, std::shared_ptr<RequestHandle>> running;
+
+  // A completion request admitted from its headers (server.cpp), kept in
+  // Exchange::state until its answer ends: holds its place among those in
+  // flight.
+  struct Admitted {
+    Impl* m = nullptr;
+    std::string tenant;
+    bool chat = false;
+    ~Admitted();
+  };
+
+  // server.cpp
+  server::HttpHandlers handlers();
+  std::optional<server::Reply> on_head(server::Exchange& ex);
+  void on_request(std::shared_ptr<server::Exchange> ex);
+  std::optional<server::Reply> admit(server::Exchange& ex, bool chat);
+  server::Reply models(const std::string& path);
+  server::Reply health();
+  server::Reply metrics_page();
+
+  // completions.cpp: parse, submit, wait and write; on a request thread.
+  void complete(server::Exchange& ex);
+
+  std::string new_id(bool chat);
+};
+
+namespace server {
+
+inline constexpr const char* kJson = "application/json; charset=utf-8";
+
+std::string dump(const Json& j);
+// An OpenAI-shaped error answer.
+Reply error_reply(int status, const std::string& message, const std::string& type,
+                  const std::string& param = {}, const std::string& code = {});
+
+}  // namespace server
+}  // namespace encore
