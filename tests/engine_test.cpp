@@ -211,6 +211,37 @@ TEST_F(EngineTest, BadFieldsAreRefusedAtSubmissionNamingTheField) {
   EXPECT_EQ(e.stats().requests_submitted, 0);
 }
 
+// A session id is checked by the one rule (valid_session_id, request.h) and
+// quoted clipped: a megabyte of it does not come back in the message.
+TEST_F(EngineTest, BadSessionIdsAreRefusedInAShortMessage) {
+  Engine& e = engine({.n_ctx = 64, .kv_blocks = 16});
+  const std::string longest(kMaxSessionBytes, 's');
+  for (const std::string& id :
+       {std::string(1 << 20, 'x'), longest + "s", std::string("a b"), std::string("\xff\x1b[2J")}) {
+    Request r = request(prompt_of(4, 0), 1, 4);
+    r.session = id;
+    try {
+      e.submit(r);
+      ADD_FAILURE() << id.size() << " bytes: accepted";
+    } catch (const InvalidArgument& err) {
+      const std::string what = err.what();
+      EXPECT_TRUE(what.starts_with("session: ")) << what.substr(0, 300);
+      EXPECT_NE(what.find(kSessionIdRule), std::string::npos) << what.substr(0, 300);
+      EXPECT_LT(what.size(), 300u) << what.substr(0, 300);
+      EXPECT_EQ(what.find('\x1b'), std::string::npos) << "control bytes are escaped";
+    }
+  }
+  // The longest valid id passes the check (this engine has no state tiers).
+  Request r = request(prompt_of(4, 0), 1, 4);
+  r.session = longest;
+  try {
+    e.submit(r);
+    ADD_FAILURE() << "accepted without state tiers";
+  } catch (const InvalidArgument& err) {
+    EXPECT_NE(std::string(err.what()).find("no state tiers"), std::string::npos) << err.what();
+  }
+}
+
 // A request that could never fit the KV budget is refused at once; the
 // others go on.
 TEST_F(EngineTest, ARequestThatCannotFitIsRefusedAndOthersGoOn) {
