@@ -531,6 +531,37 @@ TEST(OpenAiRequestErrors, Samplers) {
   completion_error({{"samplers", json::array({"top_k"})}}, "samplers");
 }
 
+// session_id: checked by the engine's own rule (valid_session_id,
+// request.h): "" would silently mean "no session". A huge one is clipped.
+TEST(OpenAiRequestErrors, SessionIdFollowsTheEngineRule) {
+  const std::string longest(kMaxSessionBytes, 'a');
+  for (const std::string& id :
+       {std::string("a"), std::string("Az09_.-"), longest, std::string(""), longest + "a",
+        std::string("a b"), std::string("a/b"), std::string("\xff"), std::string("\xc3\xa9")}) {
+    SCOPED_TRACE(id);
+    if (valid_session_id(id)) {
+      EXPECT_NO_THROW(completion({{"session_id", id}}));
+      EXPECT_NO_THROW(chat(chat_body({{"session_id", id}})));
+    } else {
+      EXPECT_TRUE(contains(completion_error({{"session_id", id}}, "session_id"), kSessionIdRule));
+    }
+  }
+  EXPECT_FALSE(valid_session_id(""));
+  EXPECT_FALSE(valid_session_id(longest + "a"));
+  const std::string what =
+      completion_error({{"session_id", std::string(1 << 20, 'x')}}, "session_id");
+  EXPECT_LT(what.size(), 300u) << what.substr(0, 400);
+  completion_error({{"session_id", 5}}, "session_id");
+}
+
+// Engine messages name their own fields; these are OpenAI's names for them.
+TEST(OpenAiRequestErrors, EngineErrorParam) {
+  EXPECT_EQ(engine_error_param("sampling: logit bias bans every token of the vocabulary"),
+            "logit_bias");
+  EXPECT_EQ(engine_error_param("session: 'x y' is not a session id"), "session_id");
+  EXPECT_EQ(engine_error_param("prompt_ids[2]: token id 9 is outside"), "prompt[2]");
+}
+
 TEST(OpenAiRequestErrors, BodyNotAnObject) {
   completion_error(json::array(), "");
   chat_error("text", "");

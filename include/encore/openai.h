@@ -5,10 +5,16 @@
 // Mapping: absent or null fields keep the defaults of Request and
 // SamplingParams (llama.cpp's, as llama-server does), except max_tokens
 // (completions: 16, OpenAI's documented default; chat: unlimited). Unknown
-// fields are ignored; "model", "user" and "session_id" must be strings and are
-// ignored (the tenant is never client-supplied). Every field is checked for
-// type and range here, with a RequestError naming it; vocabulary-dependent
-// checks (token ids < n_vocab) happen at Engine::submit().
+// fields are ignored; "model" and "user" must be strings and are ignored (the
+// tenant is never client-supplied). "session_id" is not read into the Request
+// (the server takes it; `encore batch` ignores it) but must satisfy
+// valid_session_id() (request.h: 1 to 128 bytes of [A-Za-z0-9_.-]; "" is an
+// error, not "no session"). Every field is checked for type and range here,
+// with a RequestError naming it; vocabulary-dependent checks (token ids <
+// n_vocab, a logit_bias that bans every token) happen at Engine::submit().
+//
+// Messages quote a client's values clipped to at most 40 bytes (valid UTF-8),
+// so a megabyte-sized value never comes back whole.
 //
 // Untrusted input: lines longer than kMaxLineBytes are refused before
 // parsing, nesting is bounded, and message and prompt id counts are checked

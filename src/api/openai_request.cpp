@@ -483,8 +483,14 @@ Request parse_request(const json& body, Endpoint endpoint) {
     fail("", fmt::format("the request body must be a JSON object, got {}", describe(body)));
   }
   Request r;
-  for (const char* ignored : {"model", "user", "session_id"}) {
+  for (const char* ignored : {"model", "user"}) {
     if (const json* v = find(body, ignored)) get_string(*v, ignored);
+  }
+  // Not read into the Request (the server takes it from the body), but
+  // checked here by the engine's rule: "" would silently mean "no session".
+  if (const json* v = find(body, "session_id");
+      v && !valid_session_id(get_string(*v, "session_id"))) {
+    fail("session_id", fmt::format("must be {}, got {}", kSessionIdRule, describe(*v)));
   }
   if (const json* v = find(body, "stream")) r.stream = get_bool(*v, "stream");
 
