@@ -11,6 +11,7 @@
 #include "encore/sampler.h"
 #include "kernels/ops.h"
 #include "kernels/ops_math.h"
+#include "util/text.h"
 
 namespace encore {
 namespace {
@@ -339,7 +340,7 @@ std::vector<StageKind> parse_sampler_order(std::string_view text) {
         throw InvalidArgument(fmt::format(
             "--samplers: unknown stage '{}' (known: penalties, top_k, typ_p, top_p, min_p, "
             "temperature)",
-            name));
+            util::printable(name, 40)));  // the text may be a client's megabyte
       }
       if (std::find(out.begin(), out.end(), hit->kind) != out.end()) {
         throw InvalidArgument(fmt::format("--samplers: stage '{}' is named twice", name));
