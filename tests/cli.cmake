@@ -15,3 +15,7 @@ encore_add_test(test_cli_session SOURCES cli_session_test.cpp LABELS repro TIMEO
 pkg_check_modules(HTTPLIB_TEST REQUIRED IMPORTED_TARGET cpp-httplib)
 encore_add_test(test_cli_serve SOURCES cli_serve_test.cpp LIBS PkgConfig::HTTPLIB_TEST LABELS cli
                 DEFINES ENCORE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TIMEOUT 300)
+# Request validation through `encore serve`: unsupported OpenAI fields, an
+# all-banning logit_bias and bad session ids get a 400 naming the field.
+encore_add_test(test_cli_serve_api SOURCES cli_serve_api_test.cpp LIBS PkgConfig::HTTPLIB_TEST
+                LABELS cli TIMEOUT 120)
