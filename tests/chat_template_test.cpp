@@ -212,6 +212,14 @@ TEST(ChatRender, Errors) {
   expect_invalid(ChatTemplate::Llama2, {{"system", "x"}}, "there is none");
   expect_invalid(ChatTemplate::MistralV1, {{"system", "x"}, {"assistant", "y"}}, "user turn");
   expect_invalid(ChatTemplate::Gemma, {{"system", "x"}}, "there is none");
+  // A client's role of a megabyte is quoted clipped, its control bytes escaped.
+  try {
+    render(ChatTemplate::Llama2, {{"user", "x"}, {std::string(1 << 20, 'r') + "\x1b", "y"}}, true);
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u);
+    EXPECT_NE(std::string(e.what()).find("has role 'rrr"), std::string::npos) << e.what();
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -18,3 +18,7 @@ encore_add_test(test_cli_serve SOURCES cli_serve_test.cpp LIBS PkgConfig::HTTPLI
 # `encore serve` against hostile clients (raw sockets over loopback).
 encore_add_test(test_cli_serve_hostile SOURCES cli_serve_hostile_test.cpp
                 LIBS PkgConfig::HTTPLIB_TEST LABELS cli TIMEOUT 300)
+# Request validation through `encore serve`: unsupported OpenAI fields, an
+# all-banning logit_bias and bad session ids get a 400 naming the field.
+encore_add_test(test_cli_serve_api SOURCES cli_serve_api_test.cpp LIBS PkgConfig::HTTPLIB_TEST
+                LABELS cli TIMEOUT 120)

@@ -291,5 +291,32 @@ TEST_F(CliBatch, EnvelopesStdinAndDrawnSeeds) {
   EXPECT_NE(missing.err.find("cannot open"), std::string::npos) << missing.err;
 }
 
+// `encore batch` reads lines with the server's parser: an unsupported field,
+// an all-banning logit_bias and an empty session_id are error results naming
+// the field (issue 25), and the lines around them run.
+TEST_F(CliBatch, UnsupportedFieldsAndAllBanningBiasAreLineErrors) {
+  Json banned = {{"custom_id", "banned"}, {"prompt", "Tom"}, {"max_tokens", 3}};
+  for (int id = 0; id < 512; ++id) banned["logit_bias"][std::to_string(id)] = -100;  // vocab 512
+  const std::vector<std::string> lines = {
+      R"({"custom_id":"ok","prompt":"Tom","max_tokens":3,"echo":false,"best_of":1})",
+      R"({"custom_id":"echo","prompt":"Tom","max_tokens":3,"echo":true})",
+      R"({"custom_id":"format","messages":[{"role":"user","content":"Hi"}],)"
+      R"("response_format":{"type":"json_object"}})",
+      banned.dump(),
+      R"({"custom_id":"session","prompt":"Tom","session_id":""})",
+  };
+  std::string err;
+  const std::vector<Json> got = batch(lines, {}, &err);
+  ASSERT_EQ(got.size(), lines.size()) << err;
+  EXPECT_FALSE(got[0].contains("error")) << got[0].dump();
+  const char* fields[] = {nullptr, "echo", "response_format", "logit_bias", "session_id"};
+  for (size_t i = 1; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].contains("error")) << got[i].dump();
+    EXPECT_EQ(got[i]["error"]["field"], fields[i]) << got[i].dump();
+    EXPECT_EQ(got[i]["error"]["line"], i + 1);
+    EXPECT_LT(got[i]["error"]["message"].get<std::string>().size(), 300u) << got[i].dump();
+  }
+}
+
 }  // namespace
 }  // namespace encore::test

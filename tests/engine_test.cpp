@@ -211,6 +211,72 @@ TEST_F(EngineTest, BadFieldsAreRefusedAtSubmissionNamingTheField) {
   EXPECT_EQ(e.stats().requests_submitted, 0);
 }
 
+// A logit bias that bans (-inf) every token leaves nothing to sample: refused
+// at submission as a logit bias error (the server's param "logit_bias"). With
+// one token left, even among as many entries as the vocabulary (one id
+// repeated), only that token comes out; a finite -100 on every token is a
+// shift, not a ban, and runs.
+TEST_F(EngineTest, ALogitBiasThatBansEveryTokenIsRefused) {
+  Engine& e = engine({.n_ctx = 64, .kv_blocks = 16});
+  const int n_vocab = e.info().n_vocab;
+  constexpr float kBan = -std::numeric_limits<float>::infinity();
+  Request all = request(prompt_of(4, 0), 1, 6);
+  all.ignore_eos = true;
+  for (TokenId id = 0; id < n_vocab; ++id) all.sampling.logit_bias.emplace_back(id, kBan);
+  try {
+    e.submit(all);
+    ADD_FAILURE() << "a logit bias banning all " << n_vocab << " tokens was accepted";
+  } catch (const InvalidArgument& err) {
+    const std::string what = err.what();
+    EXPECT_TRUE(what.starts_with("sampling: logit bias bans every token")) << what;
+  }
+  EXPECT_EQ(e.stats().requests_submitted, 0);
+
+  const TokenId kept = 7;
+  Request one = all;
+  one.sampling.logit_bias[kept] = {kept + 1, kBan};  // n_vocab entries, kept not among them
+  const Response r1 = e.run(one);
+  ASSERT_EQ(r1.status, Response::Status::Ok) << r1.error;
+  EXPECT_EQ(r1.samples[0].ids, std::vector<TokenId>(6, kept));
+
+  Request shifted = all;
+  for (auto& entry : shifted.sampling.logit_bias) entry.second = -100.0f;
+  const Response r2 = e.run(shifted);
+  ASSERT_EQ(r2.status, Response::Status::Ok) << r2.error;
+  EXPECT_EQ(r2.samples[0].ids.size(), 6u);
+}
+
+// A session id is checked by the one rule (valid_session_id, request.h) and
+// quoted clipped: a megabyte of it does not come back in the message.
+TEST_F(EngineTest, BadSessionIdsAreRefusedInAShortMessage) {
+  Engine& e = engine({.n_ctx = 64, .kv_blocks = 16});
+  const std::string longest(kMaxSessionBytes, 's');
+  for (const std::string& id :
+       {std::string(1 << 20, 'x'), longest + "s", std::string("a b"), std::string("\xff\x1b[2J")}) {
+    Request r = request(prompt_of(4, 0), 1, 4);
+    r.session = id;
+    try {
+      e.submit(r);
+      ADD_FAILURE() << id.size() << " bytes: accepted";
+    } catch (const InvalidArgument& err) {
+      const std::string what = err.what();
+      EXPECT_TRUE(what.starts_with("session: ")) << what.substr(0, 300);
+      EXPECT_NE(what.find(kSessionIdRule), std::string::npos) << what.substr(0, 300);
+      EXPECT_LT(what.size(), 300u) << what.substr(0, 300);
+      EXPECT_EQ(what.find('\x1b'), std::string::npos) << "control bytes are escaped";
+    }
+  }
+  // The longest valid id passes the check (this engine has no state tiers).
+  Request r = request(prompt_of(4, 0), 1, 4);
+  r.session = longest;
+  try {
+    e.submit(r);
+    ADD_FAILURE() << "accepted without state tiers";
+  } catch (const InvalidArgument& err) {
+    EXPECT_NE(std::string(err.what()).find("no state tiers"), std::string::npos) << err.what();
+  }
+}
+
 // A request that could never fit the KV budget is refused at once; the
 // others go on.
 TEST_F(EngineTest, ARequestThatCannotFitIsRefusedAndOthersGoOn) {

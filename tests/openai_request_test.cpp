@@ -146,12 +146,33 @@ TEST(OpenAiRequest, NullFieldsKeepTheDefaults) {
 }
 
 TEST(OpenAiRequest, UnknownAndIgnoredFieldsChangeNothing) {
-  const json body = {{"prompt", "Hi"},      {"model", "stories"}, {"user", "mallory"},
-                     {"session_id", "s1"},  {"echo", true},       {"suffix", "x"},
-                     {"tools", {{"a", 1}}}, {"best_of", 1}};
+  const json body = {{"prompt", "Hi"},      {"model", "stories"},         {"user", "mallory"},
+                     {"session_id", "s1"},  {"metadata", {{"a", "b"}}},   {"store", false},
+                     {"service_tier", "x"}, {"parallel_tool_calls", true}};
   const Request r = completion(body);
   EXPECT_EQ(fields(r), fields(completion({{"prompt", "Hi"}})));
   EXPECT_EQ(r.tenant, "");  // never client-supplied
+}
+
+// The values of the unsupported fields that ask for nothing are accepted.
+TEST(OpenAiRequest, UnsupportedFieldsTakeTheValuesThatAskForNothing) {
+  const Request plain = completion({{"prompt", "Hi"}});
+  for (const json& extra :
+       {json{{"echo", false}}, json{{"echo", nullptr}}, json{{"suffix", ""}},
+        json{{"suffix", nullptr}}, json{{"best_of", 1}}, json{{"best_of", nullptr}}}) {
+    json body = {{"prompt", "Hi"}};
+    body.update(extra);
+    EXPECT_EQ(fields(completion(body)), fields(plain)) << extra.dump();
+  }
+  const Request three = completion({{"prompt", "Hi"}, {"n", 3}, {"best_of", 3}});  // best_of == n
+  EXPECT_EQ(fields(three), fields(completion({{"prompt", "Hi"}, {"n", 3}})));
+  const json nothing = json::parse(R"({"response_format": {"type": "text"}, "tools": [],
+      "tool_choice": "none", "functions": [], "function_call": "none"})");
+  EXPECT_EQ(fields(chat(chat_body(nothing))), fields(chat(chat_body())));
+  for (const char* key :
+       {"response_format", "tools", "tool_choice", "functions", "function_call"}) {
+    EXPECT_EQ(fields(chat(chat_body({{key, nullptr}}))), fields(chat(chat_body()))) << key;
+  }
 }
 
 // ---- every field mapped -----------------------------------------------------
@@ -529,6 +550,93 @@ TEST(OpenAiRequestErrors, Samplers) {
   EXPECT_FALSE(contains(what, "--samplers")) << what;
   completion_error({{"samplers", "top_k;top_k"}}, "samplers");
   completion_error({{"samplers", json::array({"top_k"})}}, "samplers");
+}
+
+// Fields that would change the answer and that Encore does not implement:
+// refused on the endpoint where OpenAI defines them, with their type checked
+// as OpenAI documents it, in a short message that says what to do.
+TEST(OpenAiRequestErrors, UnsupportedFieldsAreRefusedNamingThem) {
+  struct Case {
+    Endpoint endpoint;
+    json patch;
+    const char* field;
+    const char* says;
+  };
+  const json tool = json::parse(R"({"type": "function", "function": {"name": "f"}})");
+  const Case cases[] = {
+      {kC, {{"echo", true}}, "echo", "not supported"},
+      {kC, {{"echo", "true"}}, "echo", "boolean"},
+      {kC, {{"echo", 1}}, "echo", "boolean"},
+      {kC, {{"suffix", "x"}}, "suffix", "not supported"},
+      {kC, {{"suffix", 5}}, "suffix", "string"},
+      {kC, {{"best_of", 2}}, "best_of", "not supported"},
+      {kC, {{"best_of", 4}, {"n", 3}}, "best_of", "not supported"},
+      {kC, {{"best_of", 2}, {"n", 3}}, "best_of", ">= n (3)"},
+      {kC, {{"best_of", 1.0}}, "best_of", "integer"},
+      {kC, {{"best_of", "1"}}, "best_of", "integer"},
+      {kChat, {{"response_format", {{"type", "json_object"}}}}, "response_format", "not supported"},
+      {kChat,
+       {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
+       "response_format",
+       "not supported"},
+      {kChat, {{"response_format", "text"}}, "response_format", "object"},
+      {kChat, {{"response_format", json::object()}}, "response_format.type", "missing"},
+      {kChat, {{"response_format", {{"type", 1}}}}, "response_format.type", "string"},
+      {kChat, {{"tools", json::array({tool})}}, "tools", "not supported"},
+      {kChat, {{"tools", tool}}, "tools", "array"},
+      {kChat, {{"tool_choice", "auto"}}, "tool_choice", "not supported"},
+      {kChat, {{"tool_choice", "required"}}, "tool_choice", "not supported"},
+      {kChat, {{"tool_choice", tool}}, "tool_choice", "not supported"},
+      {kChat, {{"tool_choice", 1}}, "tool_choice", "\"none\""},
+      {kChat, json::parse(R"({"functions": [{"name": "f"}]})"), "functions", "not supported"},
+      {kChat, {{"functions", "f"}}, "functions", "array"},
+      {kChat, {{"function_call", "auto"}}, "function_call", "not supported"},
+      {kChat, {{"function_call", {{"name", "f"}}}}, "function_call", "not supported"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.patch.dump());
+    json body = c.endpoint == kC ? json{{"prompt", "Hi"}} : chat_body();
+    body.update(c.patch);
+    const std::string what = error_of([&] { parse_request(body, c.endpoint); }, c.field);
+    EXPECT_TRUE(contains(what, c.says)) << what;
+    if (std::string_view(c.says) == "not supported") {
+      EXPECT_TRUE(contains(what, "leave")) << "says what to do: " << what;
+    }
+    EXPECT_LT(what.size(), 300u) << what;
+  }
+  // Another field's error is not hidden behind these checks: all are still parsed.
+  completion_error({{"echo", true}, {"temperature", 3}}, "temperature");
+}
+
+// session_id: checked by the engine's own rule (valid_session_id,
+// request.h): "" would silently mean "no session". A huge one is clipped.
+TEST(OpenAiRequestErrors, SessionIdFollowsTheEngineRule) {
+  const std::string longest(kMaxSessionBytes, 'a');
+  for (const std::string& id :
+       {std::string("a"), std::string("Az09_.-"), longest, std::string(""), longest + "a",
+        std::string("a b"), std::string("a/b"), std::string("\xff"), std::string("\xc3\xa9")}) {
+    SCOPED_TRACE(id);
+    if (valid_session_id(id)) {
+      EXPECT_NO_THROW(completion({{"session_id", id}}));
+      EXPECT_NO_THROW(chat(chat_body({{"session_id", id}})));
+    } else {
+      EXPECT_TRUE(contains(completion_error({{"session_id", id}}, "session_id"), kSessionIdRule));
+    }
+  }
+  EXPECT_FALSE(valid_session_id(""));
+  EXPECT_FALSE(valid_session_id(longest + "a"));
+  const std::string what =
+      completion_error({{"session_id", std::string(1 << 20, 'x')}}, "session_id");
+  EXPECT_LT(what.size(), 300u) << what.substr(0, 400);
+  completion_error({{"session_id", 5}}, "session_id");
+}
+
+// Engine messages name their own fields; these are OpenAI's names for them.
+TEST(OpenAiRequestErrors, EngineErrorParam) {
+  EXPECT_EQ(engine_error_param("sampling: logit bias bans every token of the vocabulary"),
+            "logit_bias");
+  EXPECT_EQ(engine_error_param("session: 'x y' is not a session id"), "session_id");
+  EXPECT_EQ(engine_error_param("prompt_ids[2]: token id 9 is outside"), "prompt[2]");
 }
 
 TEST(OpenAiRequestErrors, BodyNotAnObject) {

@@ -508,6 +508,14 @@ TEST(Chain, UnknownOrDuplicateNamesAreInvalidArgument) {
   EXPECT_THROW(parse_sampler_order("typ_p,typical"), InvalidArgument);  // one stage, two names
   EXPECT_THROW(parse_sampler_order("temp;temperature"), InvalidArgument);
   EXPECT_THROW(parse_sampler_order("Top_K"), InvalidArgument);
+  // The order may be a client's megabyte: the message quotes it clipped and escaped.
+  try {
+    parse_sampler_order("top_k;" + std::string(1 << 20, 'z') + "\x1b");
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u);
+    EXPECT_NE(std::string(e.what()).find("zzz"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Chain, AppliesStagesInOrder) {

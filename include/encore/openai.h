@@ -5,10 +5,32 @@
 // Mapping: absent or null fields keep the defaults of Request and
 // SamplingParams (llama.cpp's, as llama-server does), except max_tokens
 // (completions: 16, OpenAI's documented default; chat: unlimited). Unknown
-// fields are ignored; "model", "user" and "session_id" must be strings and are
-// ignored (the tenant is never client-supplied). Every field is checked for
-// type and range here, with a RequestError naming it; vocabulary-dependent
-// checks (token ids < n_vocab) happen at Engine::submit().
+// fields are ignored; "model" and "user" must be strings and are ignored (the
+// tenant is never client-supplied). "session_id" is not read into the Request
+// (the server takes it; `encore batch` ignores it) but must satisfy
+// valid_session_id() (request.h: 1 to 128 bytes of [A-Za-z0-9_.-]; "" is an
+// error, not "no session"). Every field is checked for type and range here,
+// with a RequestError naming it; vocabulary-dependent checks (token ids <
+// n_vocab, a logit_bias that bans every token) happen at Engine::submit().
+//
+// logit_bias: OpenAI's -100 ("a ban or exclusive selection") is a hard ban,
+// stored as -inf (SamplingParams::logit_bias: -inf is never drawn while a
+// token is left); other values in [-100, 100] are added to the logit.
+//
+// Unsupported OpenAI fields that would change the answer are refused with a
+// RequestError naming them (never silently ignored), on the endpoint where
+// OpenAI defines them. Chat: "response_format" other than {"type": "text"},
+// a non-empty "tools" or "functions" (legacy) array, "tool_choice" or
+// "function_call" (legacy) other than "none". Completions: "echo": true, a
+// non-empty "suffix", "best_of" other than n (OpenAI: best_of >= n; best_of >
+// n picks server-side, which Encore does not do). Their types are checked as
+// OpenAI documents them (echo a boolean, suffix a string, best_of an
+// integer, tools an array ...). Accepted: the values that ask for nothing
+// (absent, null, echo false, suffix "", best_of == n, tools [], tool_choice
+// "none", response_format {"type": "text"}).
+//
+// Messages quote a client's values clipped to at most 40 bytes (valid UTF-8),
+// so a megabyte-sized value never comes back whole.
 //
 // Untrusted input: lines longer than kMaxLineBytes are refused before
 // parsing, nesting is bounded, and message and prompt id counts are checked

@@ -41,6 +41,23 @@ inline constexpr size_t kMaxStopBytes = 256;   // bytes per stop string (bounds 
 inline constexpr int kMaxTopLogprobs = 20;     // alternatives per token
 inline constexpr int kMaxSamples = 64;         // n
 inline constexpr size_t kMaxTenantBytes = 256;
+
+// Session ids (Request::session): 1 to kMaxSessionBytes bytes of
+// [A-Za-z0-9_.-], so that they are safe in file names, Redis keys and
+// messages. The one definition of the rule: Engine::submit and the OpenAI
+// request parser (openai.h, "session_id") both check it with this function,
+// and their messages quote kSessionIdRule.
+inline constexpr size_t kMaxSessionBytes = 128;
+inline constexpr const char* kSessionIdRule = "1 to 128 bytes of [A-Za-z0-9_.-]";
+constexpr bool valid_session_id(std::string_view id) {
+  if (id.empty() || id.size() > kMaxSessionBytes) return false;
+  for (const char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
 // The largest context size an engine accepts (bounds its scratch buffers).
 inline constexpr int32_t kMaxContext = 1 << 20;
 
@@ -92,7 +109,7 @@ struct Request {
   // conversation (the saved prompt and sample 0's ids), so only the new
   // tokens are evaluated; messages are rendered whole as always. When the
   // request ends, the session (ids, sampler states) and its KV blocks are
-  // written out. [A-Za-z0-9_.-], 1 to 128 bytes.
+  // written out. "" means none; otherwise valid_session_id() must hold.
   std::string session;
   // Write this request's KV blocks to the state tiers at the end (a session
   // implies it), so a later resume restores them instead of recomputing.

@@ -131,14 +131,19 @@ struct SamplingParams {
   int32_t repeat_last_n = 64;   // 0: off; -1: the whole context (resolved by the caller)
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
-  std::vector<std::pair<TokenId, float>> logit_bias;  // applied in this order
+  // Added to the logits in this order. -inf is a ban (the token is never
+  // drawn while another one is left); a finite bias, even -100, only shifts
+  // (llama.cpp's semantics; the OpenAI parser maps OpenAI's -100 to -inf).
+  std::vector<std::pair<TokenId, float>> logit_bias;
   std::vector<StageKind> order = {StageKind::Penalties, StageKind::TopK, StageKind::TypicalP,
                                   StageKind::TopP,      StageKind::MinP, StageKind::Temperature};
 
   // Throws InvalidArgument naming the field: NaN anywhere, temp < 0,
   // top_p/min_p/typical_p outside [0, 1], repeat_penalty <= 0,
   // repeat_last_n < -1, a logit bias id outside [0, n_vocab) or NaN/+inf bias,
-  // a stage named twice.
+  // a logit bias that bans (-inf) every id in [0, n_vocab), a stage named
+  // twice. Cost: O(entries), plus O(n_vocab) when logit_bias has >= n_vocab
+  // entries.
   void validate(int n_vocab) const;
 };
 

@@ -326,6 +326,89 @@ void parse_sampling(const json& body, Request& r) {
   }
 }
 
+// ---- fields that would change the answer and are not supported ----------------
+
+// An OpenAI field Encore does not implement, given a value that asks for it.
+// Ignoring it would return an answer to another question, so it is an error
+// that says what to do instead.
+[[noreturn]] void unsupported(std::string field, std::string_view what, std::string_view todo) {
+  fail(std::move(field), fmt::format("{} is not supported; {}", what, todo));
+}
+
+// tools / functions: an array; any tool at all is refused.
+void check_no_tools(const json& body, const char* field, std::string_view what) {
+  const json* v = find(body, field);
+  if (!v) return;
+  if (!v->is_array()) fail_type(field, "an array (of tool definitions)", *v);
+  if (!v->empty()) {
+    unsupported(field, what,
+                fmt::format("leave \"{}\" out (or send an empty array) and describe the tools "
+                            "in the messages if the model should know them",
+                            field));
+  }
+}
+
+// tool_choice / function_call: "none" or absent; "auto", "required" or an
+// object naming a tool are refused.
+void check_no_tool_choice(const json& body, const char* field) {
+  const json* v = find(body, field);
+  if (!v) return;
+  if (!v->is_string() && !v->is_object()) {
+    fail_type(field, "\"none\", \"auto\", \"required\" or an object naming a tool", *v);
+  }
+  if (v->is_string() && v->get_ref<const std::string&>() == "none") return;
+  unsupported(field, fmt::format("{} (tool calling)", describe(*v)),
+              fmt::format("leave \"{}\" out or set it to \"none\"", field));
+}
+
+// Chat: response_format, tools, tool_choice, functions, function_call.
+// Completions: echo, suffix, best_of (after n is known).
+void check_unsupported(const json& body, Endpoint endpoint, const Request& r) {
+  if (endpoint == Endpoint::ChatCompletions) {
+    if (const json* v = find(body, "response_format")) {
+      const char* kShape = "an object {\"type\": \"text\"}";
+      if (!v->is_object()) fail_type("response_format", kShape, *v);
+      const json* type = find(*v, "type");
+      if (!type) fail("response_format.type", "missing; the only supported one is \"text\"");
+      if (!type->is_string()) fail_type("response_format.type", "a string (\"text\")", *type);
+      if (type->get_ref<const std::string&>() != "text") {
+        unsupported("response_format",
+                    fmt::format("\"type\": {} (output constrained to a format)", describe(*type)),
+                    "only {\"type\": \"text\"} is; leave response_format out and ask for the "
+                    "format in the messages");
+      }
+    }
+    check_no_tools(body, "tools", "tool calling");
+    check_no_tool_choice(body, "tool_choice");
+    check_no_tools(body, "functions", "function calling (the legacy form of tools)");
+    check_no_tool_choice(body, "function_call");
+    return;
+  }
+  if (const json* v = find(body, "echo"); v && get_bool(*v, "echo")) {
+    unsupported("echo", "true (the prompt returned in front of the completion)",
+                "leave echo out or set it to false, and put the prompt in front yourself");
+  }
+  if (const json* v = find(body, "suffix"); v && !get_string(*v, "suffix").empty()) {
+    unsupported("suffix", "a suffix (inserting the completion before it)",
+                "leave suffix out or set it to \"\" or null");
+  }
+  if (const json* v = find(body, "best_of")) {
+    const int64_t best_of = get_int(*v, "best_of", 0, kInt32Max);
+    if (best_of < r.n) {
+      fail("best_of", fmt::format("{} must be >= n ({}): it counts the candidates n are "
+                                  "chosen from",
+                                  best_of, r.n));
+    }
+    if (best_of > r.n) {
+      unsupported(
+          "best_of",
+          fmt::format("{} (more candidates than n = {}, returning the most likely)", best_of, r.n),
+          "leave best_of out or set it to n; to choose yourself, ask for more samples "
+          "with \"n\" and \"logprobs\"");
+    }
+  }
+}
+
 // ---- JSON text --------------------------------------------------------------
 
 // Builds the JSON tree of one line (nlohmann's own builder, plus a nesting
@@ -483,8 +566,14 @@ Request parse_request(const json& body, Endpoint endpoint) {
     fail("", fmt::format("the request body must be a JSON object, got {}", describe(body)));
   }
   Request r;
-  for (const char* ignored : {"model", "user", "session_id"}) {
+  for (const char* ignored : {"model", "user"}) {
     if (const json* v = find(body, ignored)) get_string(*v, ignored);
+  }
+  // Not read into the Request (the server takes it from the body), but
+  // checked here by the engine's rule: "" would silently mean "no session".
+  if (const json* v = find(body, "session_id");
+      v && !valid_session_id(get_string(*v, "session_id"))) {
+    fail("session_id", fmt::format("must be {}, got {}", kSessionIdRule, describe(*v)));
   }
   if (const json* v = find(body, "stream")) r.stream = get_bool(*v, "stream");
 
@@ -522,6 +611,7 @@ Request parse_request(const json& body, Endpoint endpoint) {
   if (const json* v = find(body, "n")) r.n = static_cast<int32_t>(get_int(*v, "n", 1, kMaxSamples));
   if (const json* v = find(body, "stop")) parse_stop(*v, r);
   if (const json* v = find(body, "ignore_eos")) r.ignore_eos = get_bool(*v, "ignore_eos");
+  check_unsupported(body, endpoint, r);
   return r;
 }
 

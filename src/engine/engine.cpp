@@ -14,6 +14,7 @@
 #include "encore/error.h"
 #include "encore/fingerprint.h"
 #include "engine/engine_impl.h"
+#include "util/text.h"
 
 namespace encore {
 namespace {
@@ -334,7 +335,8 @@ namespace {
 Persistence& persistence_of(Engine::Impl& m, const std::string& session) {
   if (!m.persist) throw InvalidArgument("session: this engine has no state tiers");
   if (!valid_session_id(session)) {
-    throw InvalidArgument(fmt::format("session: '{}' is not a session id", session));
+    throw InvalidArgument(fmt::format("session: '{}' is not a session id (one is {})",
+                                      util::printable(session, 64), kSessionIdRule));
   }
   return *m.persist;
 }

@@ -40,16 +40,6 @@ uint32_t layout_word(const KvLayout& l, int which) {
 
 }  // namespace
 
-bool valid_session_id(std::string_view id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '.' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 Persistence::Persistence(std::unique_ptr<TieredStore> store, std::string system_fingerprint,
                          KvBlockPool& pool, std::chrono::milliseconds ttl, StoreLog log)
     : store_(std::move(store)),

@@ -117,7 +117,4 @@ class Persistence {
   std::thread writer_;
 };
 
-// Valid session ids: [A-Za-z0-9_.-], 1 to 128 bytes.
-bool valid_session_id(std::string_view id);
-
 }  // namespace encore

@@ -11,11 +11,14 @@
 #include "encore/chat_template.h"
 #include "encore/error.h"
 #include "engine/engine_impl.h"
+#include "util/text.h"
 
 namespace encore {
 namespace {
 
 int64_t blocks_for(int64_t tokens, int64_t bt) { return (tokens + bt - 1) / bt; }
+
+constexpr size_t kMaxShownBytes = 64;  // of a client's string quoted in a message
 
 // A seed nobody chose: drawn from the OS entropy source (getrandom(2), not
 // std::random_device, whose source is implementation-defined) and reported
@@ -108,9 +111,9 @@ void validate_counts(const Request& r, int n_vocab) {
 // (its prompt and sample 0's ids). Messages are rendered whole as always.
 // found is false when there is no usable saved session (a fresh start).
 Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
-  if (!valid_session_id(r.session)) {
-    throw InvalidArgument(fmt::format(
-        "session: '{}' is not a session id ([A-Za-z0-9_.-], 1 to 128 bytes)", r.session));
+  if (!valid_session_id(r.session)) {  // quoted clipped: it may be megabytes of anything
+    throw InvalidArgument(fmt::format("session: '{}' is not a session id (one is {})",
+                                      util::printable(r.session, kMaxShownBytes), kSessionIdRule));
   }
   if (!persist) {
     throw InvalidArgument(

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "encore/error.h"
 #include "encore/sampler.h"
 #include "kernels/ops.h"
 #include "kernels/ops_math.h"
+#include "util/text.h"
 
 namespace encore {
 namespace {
@@ -338,7 +340,7 @@ std::vector<StageKind> parse_sampler_order(std::string_view text) {
         throw InvalidArgument(fmt::format(
             "--samplers: unknown stage '{}' (known: penalties, top_k, typ_p, top_p, min_p, "
             "temperature)",
-            name));
+            util::printable(name, 40)));  // the text may be a client's megabyte
       }
       if (std::find(out.begin(), out.end(), hit->kind) != out.end()) {
         throw InvalidArgument(fmt::format("--samplers: stage '{}' is named twice", name));
@@ -386,6 +388,23 @@ void SamplingParams::validate(int n_vocab) const {
           fmt::format("logit bias token {} is outside the vocabulary [0, {})", id, n_vocab));
     check(!std::isnan(b) && b != std::numeric_limits<float>::infinity(),
           fmt::format("logit bias {} of token {} must be a number or -inf", b, id));
+  }
+  // Every token banned: the draw would fall back to a uniform pick among
+  // banned tokens. Only -inf bans (a finite bias, however low, shifts).
+  // Counted per distinct id (entries may repeat one); O(n_vocab) memory, and
+  // only when there are enough entries to ban them all.
+  if (n_vocab > 0 && logit_bias.size() >= static_cast<size_t>(n_vocab)) {
+    std::vector<bool> banned(static_cast<size_t>(n_vocab));  // [n_vocab]
+    int n_banned = 0;
+    for (const auto& [id, b] : logit_bias) {
+      if (b != -std::numeric_limits<float>::infinity() || banned[static_cast<size_t>(id)]) continue;
+      banned[static_cast<size_t>(id)] = true;
+      ++n_banned;
+    }
+    check(n_banned < n_vocab,
+          fmt::format("logit bias bans every token of the vocabulary ({} of {} at -inf; -100 "
+                      "through the API): nothing is left to sample; ban fewer tokens",
+                      n_banned, n_vocab));
   }
   for (size_t i = 0; i < order.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {

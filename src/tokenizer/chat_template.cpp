@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "encore/error.h"
+#include "util/text.h"
 
 namespace encore {
 namespace {
@@ -163,7 +164,7 @@ void check_messages(ChatTemplate t, std::span<const ChatMessage> msgs, Roles rol
         role != "assistant") {
       throw InvalidArgument(fmt::format(
           "chat message {} has role '{}': the {} format only has system, user and assistant", i,
-          role, chat_template_name(t)));
+          util::printable(role, 40), chat_template_name(t)));  // a client's role: clipped
     }
     if (system_only_first && role == "system" && i != 0) {
       throw InvalidArgument(fmt::format(
