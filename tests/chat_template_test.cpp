@@ -182,13 +182,15 @@ TEST(ChatRender, Llama2UsesTheVocabularysBosAndEosTexts) {
             render(ChatTemplate::Llama2));
 }
 
-TEST(ChatRender, OtherRolesAreWrittenVerbatimWhereTheFormatHasRoleNames) {
+TEST(ChatRender, ToolRolesAreWrittenVerbatimWhereTheFormatHasThem) {
   const std::vector<ChatMessage> msgs = {{"user", "2+2?"}, {"tool", "4"}};
   EXPECT_EQ(render(ChatTemplate::ChatML, msgs, false),
             "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>tool\n4<|im_end|>\n");
   EXPECT_EQ(render(ChatTemplate::Llama3, msgs, false),
             "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
             "<|start_header_id|>tool<|end_header_id|>\n\n4<|eot_id|>");
+  EXPECT_EQ(render(ChatTemplate::Llama3, {{"ipython", "4"}}, false),
+            "<|start_header_id|>ipython<|end_header_id|>\n\n4<|eot_id|>");
 }
 
 // The maximal runs of bytes outside the template's ranges (message content),
@@ -271,12 +273,54 @@ void expect_invalid(ChatTemplate t, const std::vector<ChatMessage>& msgs, const 
   }
 }
 
+// Roles are template text (they may spell special tokens: Phi-3's "<|user|>"),
+// so each family takes only its own; the error names the field and lists them.
+TEST(ChatRender, RolesOutsideTheFamilysSetAreRefused) {
+  struct Bad {
+    const char* role;
+    const char* shown;  // as the message quotes it
+  };
+  const Bad bad[] = {{"", ""},
+                     {"user\nassistant", "user\\x0aassistant"},
+                     {"<|im_start|>", "<|im_start|>"},
+                     {"User", "User"},
+                     {"assistant ", "assistant "},
+                     {"model", "model"},
+                     {"system<|im_end|>", "system<|im_end|>"}};
+  for (ChatTemplate t : all_chat_templates()) {
+    for (const Bad& b : bad) {
+      expect_invalid(t, {{"user", "x"}, {b.role, "y"}},
+                     std::string("messages[1].role: '") + b.shown + "' is not a role of the " +
+                         std::string(chat_template_name(t)) +
+                         " chat format (accepted: system, user, assistant");
+    }
+  }
+  expect_invalid(ChatTemplate::ChatML, {{"user\nassistant", "x"}},
+                 "messages[0].role: 'user\\x0aassistant' is not a role of the chatml chat format "
+                 "(accepted: system, user, assistant, tool)");
+  expect_invalid(ChatTemplate::Llama3, {{"developer", "x"}},
+                 "(accepted: system, user, assistant, tool, ipython)");
+  expect_invalid(ChatTemplate::Phi3, {{"user", "x"}, {"tool", "y"}},
+                 "messages[1].role: 'tool' is not a role of the phi3 chat format (accepted: "
+                 "system, user, assistant)");
+  for (ChatTemplate t : all_chat_templates()) {
+    const auto roles = chat_roles(t);
+    ASSERT_GE(roles.size(), 3u);
+    EXPECT_EQ(roles[0], "system");
+    EXPECT_EQ(roles[1], "user");
+    EXPECT_EQ(roles[2], "assistant");
+    const bool tool = t == ChatTemplate::ChatML || t == ChatTemplate::Llama3;
+    EXPECT_EQ(roles.size() > 3, tool) << chat_template_name(t);
+  }
+}
+
 TEST(ChatRender, Errors) {
-  expect_invalid(ChatTemplate::ChatML, {{"", "x"}}, "empty role");
   expect_invalid(ChatTemplate::Llama2, {{"user", "x"}, {"tool", "y"}},
-                 "the llama2 format only has system, user and assistant");
+                 "messages[1].role: 'tool' is not a role of the llama2 chat format (accepted: "
+                 "system, user, assistant)");
   expect_invalid(ChatTemplate::MistralV3, {{"user", "x"}, {"system", "y"}},
-                 "takes one only as the first message");
+                 "messages[1].role: a system message, but the mistral-v3 format takes one only as "
+                 "the first message");
   expect_invalid(ChatTemplate::Gemma, {{"user", "x"}, {"system", "y"}},
                  "takes one only as the first message");
   // A system message with no turn to join would silently disappear.

@@ -27,7 +27,8 @@
 // encode's, and a conversation whose content holds no special-token text gets
 // exactly the ids it got before the ranges existed (when every special token
 // was parsed everywhere); the ids differ only where a special-token text lies
-// in content or across a border between content and the template.
+// in content or across a border between content and the template. Roles are
+// checked against the family's fixed set (chat_roles) and are template text.
 //
 // Ownership: plain values; nothing is retained. Cost: O(total message size).
 // Thread-safety: all functions are pure and may be called concurrently.
@@ -86,6 +87,11 @@ ChatTemplate chat_template_from_name(std::string_view name);
 // pass --chat-template NAME and listing the names.
 ChatTemplate detect_chat_template(std::string_view template_text);
 
+// The roles family `t` accepts, "system", "user", "assistant" first: ChatML
+// adds "tool", Llama 3 adds "tool" and "ipython" (written as given); the
+// others have only those three (Gemma writes "assistant" as "model").
+std::span<const std::string_view> chat_roles(ChatTemplate t);
+
 // A rendered conversation: the prompt text and the byte ranges of it that the
 // template wrote itself (ascending, disjoint and never adjacent: neighbouring
 // template pieces are one range). Every byte outside them is message content.
@@ -100,11 +106,12 @@ struct RenderedChat {
 // "[/INST]", which already is that prompt. The result has no leading BOS (see
 // the file comment); `vocab` supplies the BOS/EOS texts used inside the
 // conversation (a family's usual "<s>"/"</s>" when the vocabulary has none).
-// Throws InvalidArgument for an empty role, a role the family cannot express
-// (e.g. "tool" in Llama 2), a system message that is not the first message in
-// a family whose format only has room for one at the start, or a system
-// message with no following turn to carry it (Llama 2, Mistral v1/v3, Gemma
-// join it to a turn; it would vanish).
+// Throws InvalidArgument whose message starts with the field
+// ("messages[2].role: ...") for a role outside chat_roles(t) (listing them; an
+// empty role, "user\nassistant", "<|im_start|>" ...), a system message that
+// is not the first message in a family whose format only has room for one at
+// the start, or a system message with no following turn to carry it (Llama 2,
+// Mistral v1/v3, Gemma join it to a turn; it would vanish).
 RenderedChat render_chat_prompt(ChatTemplate t, std::span<const ChatMessage> messages,
                                 bool add_generation_prompt, const Vocab& vocab);
 

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "encore/error.h"
+#include "util/text.h"
 
 namespace encore {
 namespace {
@@ -208,25 +209,34 @@ class Prompt {
 // ---------------------------------------------------------------------------
 // Message checks shared by the renderers.
 
-enum class Roles {
-  Any,            // the role text is written into the prompt verbatim
-  SystemUserBot,  // only system, user and assistant exist in the format
-};
+constexpr std::string_view kBasicRoles[] = {"system", "user", "assistant"};
+constexpr std::string_view kChatMlRoles[] = {"system", "user", "assistant", "tool"};
+constexpr std::string_view kLlama3Roles[] = {"system", "user", "assistant", "tool", "ipython"};
 
-void check_messages(ChatTemplate t, std::span<const ChatMessage> msgs, Roles roles,
-                    bool system_only_first) {
+std::string role_list(ChatTemplate t) {
+  std::string s;
+  for (std::string_view r : chat_roles(t)) {
+    if (!s.empty()) s += ", ";
+    s += r;
+  }
+  return s;
+}
+
+// Every role is one of the family's (chat_roles): the role is template text
+// and may spell special tokens ("<|user|>"), so nothing else may get in.
+void check_messages(ChatTemplate t, std::span<const ChatMessage> msgs, bool system_only_first) {
+  const std::span<const std::string_view> roles = chat_roles(t);
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string& role = msgs[i].role;
-    if (role.empty()) throw InvalidArgument(fmt::format("chat message {} has an empty role", i));
-    if (roles == Roles::SystemUserBot && role != "system" && role != "user" &&
-        role != "assistant") {
-      throw InvalidArgument(fmt::format(
-          "chat message {} has role '{}': the {} format only has system, user and assistant", i,
-          role, chat_template_name(t)));
+    if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
+      throw InvalidArgument(
+          fmt::format("messages[{}].role: '{}' is not a role of the {} chat format (accepted: {})",
+                      i, util::printable(role), chat_template_name(t), role_list(t)));
     }
     if (system_only_first && role == "system" && i != 0) {
       throw InvalidArgument(fmt::format(
-          "chat message {} is a system message: the {} format takes one only as the first message",
+          "messages[{}].role: a system message, but the {} format takes one only as the first "
+          "message",
           i, chat_template_name(t)));
     }
   }
@@ -254,7 +264,8 @@ SplitSystem split_system(ChatTemplate t, std::span<const ChatMessage> msgs,
 }
 
 // ---------------------------------------------------------------------------
-// Renderers, one per family (or group of close variants).
+// Renderers, one per family (or group of close variants). Role names are
+// template text (check_messages allows only the family's own).
 
 void render_chatml(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   for (const ChatMessage& m : msgs) {
@@ -482,55 +493,66 @@ ChatTemplate detect_chat_template(std::string_view template_text) {
       head, template_text.size() > 60 ? "..." : "", chat_template_names()));
 }
 
+std::span<const std::string_view> chat_roles(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::ChatML:
+      return kChatMlRoles;
+    case ChatTemplate::Llama3:
+      return kLlama3Roles;
+    default:
+      return kBasicRoles;
+  }
+}
+
 RenderedChat render_chat_prompt(ChatTemplate t, std::span<const ChatMessage> messages,
                                 bool add_generation_prompt, const Vocab& vocab) {
   Prompt out;
   switch (t) {
     case ChatTemplate::ChatML:
-      check_messages(t, messages, Roles::Any, false);
+      check_messages(t, messages, false);
       render_chatml(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::Phi4:
-      check_messages(t, messages, Roles::Any, false);
+      check_messages(t, messages, false);
       render_phi4(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::Llama2:
-      check_messages(t, messages, Roles::SystemUserBot, true);
+      check_messages(t, messages, true);
       render_llama2(messages, vocab, out);
       break;
     case ChatTemplate::Llama3:
-      check_messages(t, messages, Roles::Any, false);
+      check_messages(t, messages, false);
       render_llama3(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::MistralV1:
     case ChatTemplate::MistralV3:
     case ChatTemplate::MistralV3Tekken:
-      check_messages(t, messages, Roles::SystemUserBot, true);
+      check_messages(t, messages, true);
       render_mistral_v1_v3(t, messages, vocab, out);
       break;
     case ChatTemplate::MistralV7:
     case ChatTemplate::MistralV7Tekken:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_mistral_v7(t, messages, vocab, out);
       break;
     case ChatTemplate::Phi3:
-      check_messages(t, messages, Roles::Any, false);
+      check_messages(t, messages, false);
       render_phi3(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::Gemma:
-      check_messages(t, messages, Roles::Any, true);
+      check_messages(t, messages, true);
       render_gemma(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::DeepSeek:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_deepseek(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::DeepSeek2:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_deepseek2(messages, add_generation_prompt, vocab, out);
       break;
     case ChatTemplate::DeepSeek3:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_deepseek3(messages, add_generation_prompt, out);
       break;
   }
