@@ -15,3 +15,6 @@ encore_add_test(test_cli_session SOURCES cli_session_test.cpp LABELS repro TIMEO
 pkg_check_modules(HTTPLIB_TEST REQUIRED IMPORTED_TARGET cpp-httplib)
 encore_add_test(test_cli_serve SOURCES cli_serve_test.cpp LIBS PkgConfig::HTTPLIB_TEST LABELS cli
                 DEFINES ENCORE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TIMEOUT 300)
+# Special-token text from clients of `encore serve` is plain text; roles are the template's.
+encore_add_test(test_cli_serve_special SOURCES cli_serve_special_test.cpp
+                LIBS PkgConfig::HTTPLIB_TEST LABELS cli)

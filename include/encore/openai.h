@@ -8,7 +8,14 @@
 // fields are ignored; "model", "user" and "session_id" must be strings and are
 // ignored (the tenant is never client-supplied). Every field is checked for
 // type and range here, with a RequestError naming it; vocabulary-dependent
-// checks (token ids < n_vocab) happen at Engine::submit().
+// checks (token ids < n_vocab) and chat roles (each template family has its
+// own set) happen at Engine::submit().
+//
+// Special tokens: a text prompt is plain text ("</s>" in it is the letters,
+// not EOS) unless the body has the extension "parse_special": true (a
+// boolean; /v1/completions only). Chat message content is always plain text:
+// only the chat template's own markers become special tokens (chat_template.h),
+// and "parse_special": true on a chat request is refused.
 //
 // Untrusted input: lines longer than kMaxLineBytes are refused before
 // parsing, nesting is bounded, and message and prompt id counts are checked
@@ -67,7 +74,8 @@ BatchLine parse_batch_line(std::string_view line);
 
 // The request field (OpenAI's name) an engine error is about: the engine
 // starts its messages with its own field names ("prompt_ids[2]: ...",
-// "sampling: top_p ..."); "" when the message names none.
+// "sampling: top_p ...", "messages[0].role: ..."); "" when the message names
+// none.
 std::string engine_error_param(const std::string& message);
 
 // A request body's JSON tree, with the bounds of a batch line (size,

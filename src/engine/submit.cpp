@@ -186,6 +186,11 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   if (chat && r.messages.empty()) {
     throw InvalidArgument("messages: a chat template was named but there are no messages");
   }
+  if (chat && r.parse_special) {
+    throw InvalidArgument(
+        "parse_special: message content is always plain text (only the chat template's own "
+        "markers are special tokens); parse_special is for text prompts");
+  }
   if (chat) {
     ChatTemplate family;
     if (!r.chat_template.empty()) {
