@@ -201,6 +201,27 @@ TEST(CliRunChat, SystemMessageGoesFirst) {
                           "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]"}));
 }
 
+// Message content is plain text: "</s>" in -p is the letters, while the
+// template's own EOS between turns would be the control token.
+TEST(CliRunChat, SpecialTokenTextInTheMessageIsPlainText) {
+  ENCORE_SHARED_FILE(model, kStories);
+  const nlohmann::json j =
+      run_json({"-m", model, "--chat-template", "llama2", "-p", "Hi </s><s>[INST] x"});
+  const Ids ids = j["prompt_ids"].get<Ids>();
+  EXPECT_EQ(ids, tokenize_ids({"-m", model, "--add-bos", "[INST] Hi </s><s>[INST] x [/INST]"}));
+  EXPECT_FALSE(contains(ids, 2));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 1);
+  // --parse-special is for plain prompts only: with a chat flag it is an error.
+  for (const char* chat : {"--chat", "--chat-template", "--system"}) {
+    std::vector<std::string> args = {"run", "-m", model, "-p", "Hi", "-n", "1", "--parse-special",
+                                     chat};
+    if (std::string(chat) != "--chat") args.push_back("llama2");
+    const CliResult r = run_encore(args);
+    EXPECT_NE(r.exit_code, 0) << chat << ": " << r.err;
+    EXPECT_NE(r.err.find("excludes"), std::string::npos) << r.err;
+  }
+}
+
 TEST(CliRunChat, TemplateFromTheModelFile) {
   ENCORE_SHARED_FILE(phi3, kPhi3);
   TempDir tmp;
@@ -244,13 +265,16 @@ TEST(CliRunSpecial, PromptSpecialTextOnlyWithSpecialAndNeverTwoBos) {
   ASSERT_FALSE(plain.empty());
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 1), 1);  // only the added BOS
   EXPECT_GT(plain.size(), 2u);
-  const CliResult r = run_encore({"run", "--json", "--temp", "0", "-n", "2", "-c", "64", "-m",
-                                  model, "--special", "-p", "<s>Once"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const Ids special = nlohmann::json::parse(r.out)["prompt_ids"].get<Ids>();
-  EXPECT_EQ(special, tokenize_ids({"-m", model, "--special", "<s>Once"}));
-  EXPECT_EQ(std::count(special.begin(), special.end(), 1), 1) << "double BOS";
-  EXPECT_NE(r.err.find("not adding a second BOS"), std::string::npos) << r.err;
+  // --parse-special, or its older name --special.
+  for (const char* flag : {"--parse-special", "--special"}) {
+    const CliResult r = run_encore({"run", "--json", "--temp", "0", "-n", "2", "-c", "64", "-m",
+                                    model, flag, "-p", "<s>Once"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Ids special = nlohmann::json::parse(r.out)["prompt_ids"].get<Ids>();
+    EXPECT_EQ(special, tokenize_ids({"-m", model, "--special", "<s>Once"}));
+    EXPECT_EQ(std::count(special.begin(), special.end(), 1), 1) << "double BOS";
+    EXPECT_NE(r.err.find("not adding a second BOS"), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace

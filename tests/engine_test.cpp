@@ -194,6 +194,19 @@ TEST_F(EngineTest, BadFieldsAreRefusedAtSubmissionNamingTheField) {
          r.prompt_ids.clear();
          r.chat_template = "chatml";
        }},
+      {"messages[1].role",
+       [](Request& r) {
+         r.prompt_ids.clear();
+         r.messages = {{"user", "Hi"}, {"user\nassistant", "x"}};
+         r.chat_template = "chatml";
+       }},
+      {"parse_special",  // message content is always plain text
+       [](Request& r) {
+         r.prompt_ids.clear();
+         r.messages = {{"user", "</s>"}};
+         r.chat_template = "chatml";
+         r.parse_special = true;
+       }},
       {"tenant", [](Request& r) { r.tenant.assign(kMaxTenantBytes + 1, 't'); }},
       {"resume", [](Request& r) { r.resume.resize(2); }},
   };

@@ -343,6 +343,7 @@ INSTANTIATE_TEST_SUITE_P(
         FieldChange{"stop", kC, {{"stop", "x"}}},
         FieldChange{"stop_array", kC, {{"stop", {"x", "y"}}}},
         FieldChange{"ignore_eos", kC, {{"ignore_eos", true}}},
+        FieldChange{"parse_special", kC, {{"parse_special", true}}},
         FieldChange{"samplers", kC, {{"samplers", "temperature"}}},
         FieldChange{"logit_bias", kC, {{"logit_bias", {{"5", 1}}}}},
         FieldChange{"logit_bias_ban", kC, {{"logit_bias", {{"5", -100}}}}},
@@ -451,6 +452,25 @@ TEST(OpenAiRequestErrors, BooleansAndStrings) {
   completion_error({{"user", {{"id", 1}}}}, "user");
   completion_error({{"session_id", false}}, "session_id");
   chat_error(chat_body({{"logprobs", 3}}), "logprobs");
+  completion_error({{"parse_special", "yes"}}, "parse_special");
+  completion_error({{"parse_special", 1}}, "parse_special");
+  chat_error(chat_body({{"parse_special", "no"}}), "parse_special");
+}
+
+// Special-token text in a text prompt is plain text unless the body opts in;
+// chat content is always plain text, so opting in there is refused.
+TEST(OpenAiRequest, ParseSpecialIsOptInAndCompletionsOnly) {
+  EXPECT_FALSE(completion({{"prompt", "</s>"}}).parse_special);
+  EXPECT_TRUE(completion({{"prompt", "</s>"}, {"parse_special", true}}).parse_special);
+  EXPECT_FALSE(completion({{"prompt", "</s>"}, {"parse_special", false}}).parse_special);
+  EXPECT_FALSE(chat(chat_body({{"parse_special", false}})).parse_special);
+  const std::string e = chat_error(chat_body({{"parse_special", true}}), "parse_special");
+  EXPECT_NE(e.find("message content is always plain text"), std::string::npos) << e;
+  // An engine error about a message's role names that field.
+  EXPECT_EQ(engine_error_param("messages[3].role: 'x' is not a role of the chatml chat format"),
+            "messages[3].role");
+  EXPECT_EQ(engine_error_param("parse_special: message content is always plain text"),
+            "parse_special");
 }
 
 TEST(OpenAiRequestErrors, Prompt) {

@@ -212,6 +212,76 @@ TEST(TokenizerSpecial, UnknownTypeTokensNeedParseSpecial) {
   EXPECT_EQ(enc(*t, "<unk>", true), (Ids{0}));
 }
 
+Ids cat(Ids a, const Ids& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Ids enc_in(const Tokenizer& t, std::string_view s, const std::vector<TextRange>& ranges) {
+  Tokenizer::EncodeOptions o;
+  o.parse_special = true;
+  o.special_ranges = &ranges;
+  return t.encode(s, o);
+}
+
+// special_ranges (a chat template's own text): Control/Unknown token texts
+// become tokens only wholly inside a range; elsewhere the text is plain.
+TEST(TokenizerSpecialRanges, ControlTokensOnlyWhollyInsideARange) {
+  VocabBuilder b;
+  b.v.add_space_prefix = false;
+  const TokenId lt = b.add_bytes() + '<';
+  const auto t = b.build();
+  const Ids plain_eos = enc(*t, "</s>", false);
+  ASSERT_EQ(plain_eos.size(), 4u);
+  // Inside: the token; outside: plain text, as without parse_special.
+  EXPECT_EQ(enc_in(*t, "<s></s>", {{0, 3}}), cat({1}, plain_eos));
+  EXPECT_EQ(enc_in(*t, "<s></s>", {{3, 7}}), cat(enc(*t, "<s>", false), {2}));
+  EXPECT_EQ(enc_in(*t, "</s>", {}), plain_eos);
+  // Across a range's end (or start) is not inside.
+  EXPECT_EQ(enc_in(*t, "</s>", {{0, 2}}), plain_eos);
+  EXPECT_EQ(enc_in(*t, "</s>", {{1, 4}}), plain_eos);
+  // A skipped occurrence does not hide one that starts inside it.
+  const TokenId ll = b.add("<<", 0, TokenType::Control);
+  const auto t2 = b.build();
+  EXPECT_EQ(enc_in(*t2, "<<<", {{1, 3}}), (Ids{lt, ll}));
+  EXPECT_EQ(enc(*t2, "<<<", true), (Ids{ll, lt}));
+  // Unknown tokens are special too.
+  EXPECT_EQ(enc_in(*t, "<unk><unk>", {{5, 10}}), cat(enc(*t, "<unk>", false), {0}));
+  // Without parse_special the ranges change nothing.
+  Tokenizer::EncodeOptions o;
+  const std::vector<TextRange> all = {{0, 4}};
+  o.special_ranges = &all;
+  EXPECT_EQ(t->encode("</s>", o), plain_eos);
+}
+
+TEST(TokenizerSpecialRanges, UserDefinedTokensAndStrippingAreAsBefore) {
+  VocabBuilder b;
+  b.v.add_space_prefix = false;
+  const TokenId x = b.add("x");
+  const TokenId ud = b.add("<u>", 0, TokenType::UserDefined);
+  const TokenId end = b.add("<e>", 0, TokenType::Control);
+  b.v.rstrip = {end};
+  b.add_bytes();
+  const auto t = b.build();
+  // User-defined tokens are matched everywhere, as in plain text.
+  EXPECT_EQ(enc_in(*t, "x<u>x", {}), (Ids{x, ud, x}));
+  // A token inside a range still strips the whitespace next to it, also when
+  // that whitespace is outside the range: the same ids as a whole-text parse.
+  EXPECT_EQ(enc_in(*t, "x<e> \nx", {{1, 4}}), (Ids{x, end, x}));
+  EXPECT_EQ(enc_in(*t, "x<e> \nx", {{1, 4}}), enc(*t, "x<e> \nx", true));
+}
+
+TEST(TokenizerSpecialRanges, MalformedRangesAreRefused) {
+  VocabBuilder b;
+  b.add_bytes();
+  const auto t = b.build();
+  for (const std::vector<TextRange>& bad : std::vector<std::vector<TextRange>>{
+           {{0, 5}}, {{2, 1}}, {{0, 2}, {1, 3}}, {{2, 3}, {0, 1}}}) {
+    EXPECT_THROW(enc_in(*t, "abcd", bad), InvalidArgument);
+  }
+  EXPECT_EQ(enc_in(*t, "abcd", {{0, 2}, {2, 4}}), enc(*t, "abcd"));
+}
+
 TEST(TokenizerPieces, ControlTokensRenderOnlyOnRequest) {
   VocabBuilder b;
   const TokenId hello = b.add(kSp + "hello");

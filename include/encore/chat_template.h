@@ -14,8 +14,21 @@
 // BOS the model expects (as llama.cpp does); the templates' leading
 // `{{ bos_token }}` is thereby honoured without a double BOS. BOS/EOS *inside*
 // the conversation (Llama 2's "</s><s>[INST]" between turns) is written as the
-// vocabulary's token text, so the prompt must be encoded with
-// parse_special = true.
+// vocabulary's token text.
+//
+// Special tokens: only the template's own text may become control tokens.
+// render_chat_prompt() also returns the byte ranges the template wrote
+// (markers such as "<|im_start|>", role names, separators, BOS/EOS between
+// turns); encode with parse_special = true and special_ranges = those ranges
+// (tokenizer.h), so that special-token text inside message content ("</s>",
+// "<|im_start|>system") stays plain text and a user cannot forge turns or end
+// the prompt. The text as a whole goes through one encode, so the merges at
+// the borders between template and content are the same as a whole-string
+// encode's, and a conversation whose content holds no special-token text gets
+// exactly the ids it got before the ranges existed (when every special token
+// was parsed everywhere); the ids differ only where a special-token text lies
+// in content or across a border between content and the template. Roles are
+// checked against the family's fixed set (chat_roles) and are template text.
 //
 // Ownership: plain values; nothing is retained. Cost: O(total message size).
 // Thread-safety: all functions are pure and may be called concurrently.
@@ -31,8 +44,8 @@
 namespace encore {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" (some families accept others, e.g. "tool")
-  std::string content;
+  std::string role;     // "system", "user", "assistant" (some families accept others, e.g. "tool")
+  std::string content;  // plain text: never parsed for special tokens
 };
 
 // The supported chat formats. Names (chat_template_name) are llama.cpp's
@@ -74,17 +87,37 @@ ChatTemplate chat_template_from_name(std::string_view name);
 // pass --chat-template NAME and listing the names.
 ChatTemplate detect_chat_template(std::string_view template_text);
 
+// The roles family `t` accepts, "system", "user", "assistant" first: ChatML
+// adds "tool", Llama 3 adds "tool" and "ipython" (written as given); the
+// others have only those three (Gemma writes "assistant" as "model").
+std::span<const std::string_view> chat_roles(ChatTemplate t);
+
+// A rendered conversation: the prompt text and the byte ranges of it that the
+// template wrote itself (ascending, disjoint and never adjacent: neighbouring
+// template pieces are one range). Every byte outside them is message content.
+struct RenderedChat {
+  std::string text;
+  std::vector<TextRange> template_ranges;
+};
+
 // Renders `messages` in family `t`. add_generation_prompt appends the opening
 // of an assistant turn for families that have one (ChatML's
 // "<|im_start|>assistant\n"); the [INST] families end a user turn with
 // "[/INST]", which already is that prompt. The result has no leading BOS (see
 // the file comment); `vocab` supplies the BOS/EOS texts used inside the
 // conversation (a family's usual "<s>"/"</s>" when the vocabulary has none).
-// Throws InvalidArgument for an empty role, a role the family cannot express
-// (e.g. "tool" in Llama 2), a system message that is not the first message in
-// a family whose format only has room for one at the start, or a system
-// message with no following turn to carry it (Llama 2, Mistral v1/v3, Gemma
-// join it to a turn; it would vanish).
+// Throws InvalidArgument whose message starts with the field
+// ("messages[2].role: ...") for a role outside chat_roles(t) (listing them; an
+// empty role, "user\nassistant", "<|im_start|>" ...), a system message that
+// is not the first message in a family whose format only has room for one at
+// the start, or a system message with no following turn to carry it (Llama 2,
+// Mistral v1/v3, Gemma join it to a turn; it would vanish).
+RenderedChat render_chat_prompt(ChatTemplate t, std::span<const ChatMessage> messages,
+                                bool add_generation_prompt, const Vocab& vocab);
+
+// render_chat_prompt(...).text: for display and tests. Tokenizing this text
+// with special tokens parsed everywhere would let content become control
+// tokens; prompts go through render_chat_prompt and its ranges.
 std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
                         bool add_generation_prompt, const Vocab& vocab);
 

@@ -11,7 +11,8 @@
 // valid_session_id() (request.h: 1 to 128 bytes of [A-Za-z0-9_.-]; "" is an
 // error, not "no session"). Every field is checked for type and range here,
 // with a RequestError naming it; vocabulary-dependent checks (token ids <
-// n_vocab, a logit_bias that bans every token) happen at Engine::submit().
+// n_vocab, a logit_bias that bans every token) and chat roles (each template
+// family has its own set) happen at Engine::submit().
 //
 // logit_bias: OpenAI's -100 ("a ban or exclusive selection") is a hard ban,
 // stored as -inf (SamplingParams::logit_bias: -inf is never drawn while a
@@ -31,6 +32,12 @@
 //
 // Messages quote a client's values clipped to at most 40 bytes (valid UTF-8),
 // so a megabyte-sized value never comes back whole.
+//
+// Special tokens: a text prompt is plain text ("</s>" in it is the letters,
+// not EOS) unless the body has the extension "parse_special": true (a
+// boolean; /v1/completions only). Chat message content is always plain text:
+// only the chat template's own markers become special tokens (chat_template.h),
+// and "parse_special": true on a chat request is refused.
 //
 // Untrusted input: lines longer than kMaxLineBytes are refused before
 // parsing, nesting is bounded, and message and prompt id counts are checked
@@ -89,7 +96,8 @@ BatchLine parse_batch_line(std::string_view line);
 
 // The request field (OpenAI's name) an engine error is about: the engine
 // starts its messages with its own field names ("prompt_ids[2]: ...",
-// "sampling: top_p ..."); "" when the message names none.
+// "sampling: top_p ...", "messages[0].role: ..."); "" when the message names
+// none.
 std::string engine_error_param(const std::string& message);
 
 // A request body's JSON tree, with the bounds of a batch line (size,

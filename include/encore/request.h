@@ -79,13 +79,18 @@ struct SampleState {
 struct Request {
   // The prompt: at most one of `prompt` (text), `prompt_ids` and `messages`.
   // Text is tokenized as llama.cpp does (BOS/EOS per the model's add_bos /
-  // add_eos; special-token text parsed only with parse_special); ids are used
-  // as they are; messages go through the chat template (the model's, or the
-  // family named by chat_template), special tokens parsed. All empty: BOS only.
+  // add_eos; special-token text such as "</s>" is plain text unless
+  // parse_special); ids are used as they are; messages go through the chat
+  // template (the model's, or the family named by chat_template), whose own
+  // markers are special tokens while message content is always plain text
+  // (chat_template.h); roles must be the family's. All empty: BOS only.
   std::string prompt;
   std::vector<TokenId> prompt_ids;
   std::vector<ChatMessage> messages;
   std::string chat_template;  // a family name (chat_template.h); implies chat
+  // Text prompts only (also the text appended to a session): parse Control
+  // token texts ("<s>", "<|im_start|>") in `prompt` as those tokens. Refused
+  // with messages.
   bool parse_special = false;
 
   SamplingParams sampling;        // repeat_last_n -1 = the context size

@@ -95,6 +95,13 @@ struct Vocab {
 // (from gguf::File) for an add_* flag that is not a bool.
 Vocab vocab_from_gguf(const gguf::File& f);
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+  bool operator==(const TextRange&) const = default;
+};
+
 class Tokenizer {
  public:
   struct EncodeOptions {
@@ -102,6 +109,13 @@ class Tokenizer {
     bool add_eos = false;        // append vocab().eos (InvalidArgument if there is none)
     bool parse_special = false;  // match Control/Unknown token texts ("<s>") in the text;
                                  // UserDefined tokens are always matched
+    // With parse_special: when not null, a Control/Unknown token text is matched only where it
+    // lies wholly inside one of these byte ranges of the text (ascending, disjoint, within the
+    // text; InvalidArgument otherwise); everywhere else the text is plain text, exactly as
+    // without parse_special. A chat prompt passes the ranges its template wrote
+    // (RenderedChat::template_ranges, chat_template.h), so that message content never becomes
+    // control tokens while the template's markers do. Borrowed for the encode call.
+    const std::vector<TextRange>* special_ranges = nullptr;
   };
 
   // Validates `vocab` (sizes, special ids, byte tokens) and builds the
@@ -158,11 +172,16 @@ class Tokenizer {
   };
   // Splits `text` on special-token texts as llama.cpp does: tokens are tried
   // longest text first, each one cutting every raw fragment at all its
-  // occurrences, left to right. Only UserDefined tokens unless parse_special.
-  std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
+  // occurrences, left to right. Only UserDefined tokens unless
+  // opt.parse_special; Control/Unknown ones only inside opt.special_ranges
+  // when given (an occurrence outside them is skipped and the search goes on
+  // from its next byte). Throws InvalidArgument for malformed ranges.
+  std::vector<Fragment> split_special(std::string_view text, const EncodeOptions& opt) const;
 
   // Throws InvalidArgument unless 0 <= id < n_vocab.
   void check_id(TokenId id) const;
+  // Throws InvalidArgument unless `ranges` are ascending, disjoint and within the text.
+  static void check_ranges(const std::vector<TextRange>& ranges, size_t text_size);
   TokenType type_of(TokenId id) const {
     return vocab_.types.empty() ? TokenType::Normal : vocab_.types[static_cast<size_t>(id)];
   }

@@ -544,10 +544,11 @@ std::string engine_error_param(const std::string& message) {
     }
     return {};
   }
-  for (const char* known :
-       {"max_tokens", "n", "logprobs", "prompt", "messages", "chat_template", "tenant", "resume"}) {
+  for (const char* known : {"max_tokens", "n", "logprobs", "prompt", "messages", "chat_template",
+                            "tenant", "resume", "parse_special"}) {
     if (field == known) return field;
   }
+  if (field.rfind("messages[", 0) == 0) return field;  // "messages[2].role"
   return field.rfind("stop", 0) == 0 ? field : std::string();
 }
 
@@ -584,6 +585,9 @@ Request parse_request(const json& body, Endpoint endpoint) {
            "/v1/chat/completions");
     }
     if (const json* v = find(body, "prompt")) parse_prompt(*v, r);
+    // Special-token text in a text prompt is plain text unless asked for.
+    if (const json* v = find(body, "parse_special"))
+      r.parse_special = get_bool(*v, "parse_special");
   } else {
     if (find(body, "prompt")) {
       fail("prompt", "a chat request takes \"messages\"; \"prompt\" belongs to /v1/completions");
@@ -591,6 +595,11 @@ Request parse_request(const json& body, Endpoint endpoint) {
     const json* v = find(body, "messages");
     if (!v) fail("messages", "missing; a chat request needs a non-empty \"messages\" array");
     parse_messages(*v, r);
+    if (const json* v = find(body, "parse_special"); v && get_bool(*v, "parse_special")) {
+      fail("parse_special",
+           "message content is always plain text (only the chat template's own markers are "
+           "special tokens); parse_special belongs to /v1/completions");
+    }
   }
 
   parse_max_tokens(body, endpoint, r);

@@ -3,7 +3,10 @@
 // conversation; the engine's prefix cache (and, with --session, the state
 // tiers) supplies the KV of the turns before, so only the new text is
 // evaluated. Commands: /save [NAME], /reset, /exit (or end of input);
-// Ctrl-C stops the current answer (and, at the prompt, exits).
+// Ctrl-C stops the current answer (and, at the prompt, exits). Typed lines
+// are user messages, plain text like all message content: "</s>" or
+// "<|im_start|>" typed here are those letters, never control tokens
+// (chat_template.h).
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>

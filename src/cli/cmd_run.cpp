@@ -32,7 +32,7 @@ struct RunArgs {
   bool chat = false;                  // wrap the prompt in the model's chat template
   std::optional<std::string> system;  // system message (implies chat)
   std::string chat_template;          // family name overriding the model's template (implies chat)
-  bool special = false;               // parse special-token text in a plain prompt
+  bool special = false;               // --parse-special: special-token text in a plain prompt
   SamplingParams sampling;            // --temp, --top-k ... (temp lives here)
   bool ignore_eos = false;            // EOG tokens are generated like any other
   std::vector<std::string> logit_bias;  // ID(+/-)BIAS
@@ -342,13 +342,18 @@ void add_run_command(CLI::App& app) {
          "--chat-template", args->chat_template,
          "Chat template family instead of the model's (implies --chat): " + chat_template_names())
       ->type_name("NAME");
-  sub->add_flag("--special", args->special,
-                "Parse special-token text in the prompt (<s>, <|im_start|>...) as special tokens");
+  CLI::Option* special = sub->add_flag(
+      "--parse-special,--special", args->special,
+      "Tokenize special-token text in the -p/-f prompt (<s>, </s>, <|im_start|>...) as those "
+      "control tokens; without it such text is plain text. Not with --chat: message content is "
+      "always plain text");
   request_opts.push_back(sub->add_flag("--ignore-eos", args->ignore_eos,
                                        "Generate past end-of-generation tokens (benchmarks)"));
-  for (const char* name : {"--chat", "--system", "--chat-template", "--special"}) {
+  for (const char* name : {"--chat", "--system", "--chat-template"}) {
+    special->excludes(sub->get_option(name));
     request_opts.push_back(sub->get_option(name));
   }
+  request_opts.push_back(special);
   for (CLI::Option* o : request_opts) resume->excludes(o);
   sub->callback([args] { run_generate(*args); });
 }

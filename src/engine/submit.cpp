@@ -44,12 +44,16 @@ uint64_t entropy_seed() {
 
 // Token ids of a prompt text: BOS/EOS as the model's metadata asks (add_bos /
 // add_eos), as llama.cpp tokenizes prompts. An empty prompt means BOS only.
+// special_ranges: where special-token text may be parsed (null: everywhere,
+// when parse_special).
 std::vector<TokenId> encode_prompt(const Tokenizer& tok, const std::string& text,
-                                   bool parse_special, std::vector<std::string>* notes) {
+                                   bool parse_special, const std::vector<TextRange>* special_ranges,
+                                   std::vector<std::string>* notes) {
   Tokenizer::EncodeOptions enc;
   enc.add_bos = tok.vocab().add_bos;
   enc.add_eos = tok.vocab().add_eos;
   enc.parse_special = parse_special;
+  enc.special_ranges = special_ranges;
   std::vector<TokenId> ids = tok.encode(text, enc);
   const TokenId bos = tok.vocab().bos;
   if (enc.add_bos && ids.size() >= 2 && ids[0] == bos && ids[1] == bos) {
@@ -185,6 +189,11 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   if (chat && r.messages.empty()) {
     throw InvalidArgument("messages: a chat template was named but there are no messages");
   }
+  if (chat && r.parse_special) {
+    throw InvalidArgument(
+        "parse_special: message content is always plain text (only the chat template's own "
+        "markers are special tokens); parse_special is for text prompts");
+  }
   if (chat) {
     ChatTemplate family;
     if (!r.chat_template.empty()) {
@@ -203,9 +212,11 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
     }
     resp.chat_template = std::string(chat_template_name(family));
     // Rendered without BOS (the tokenizer adds it per add_bos) and tokenized
-    // with special tokens parsed, since the template is made of them.
-    const std::string text = render_chat(family, r.messages, true, tokenizer->vocab());
-    job->prompt = encode_prompt(*tokenizer, text, true, &resp.notes);
+    // with special tokens parsed only in the template's own text: message
+    // content is plain text, whatever it spells (chat_template.h).
+    const RenderedChat rendered = render_chat_prompt(family, r.messages, true, tokenizer->vocab());
+    job->prompt =
+        encode_prompt(*tokenizer, rendered.text, true, &rendered.template_ranges, &resp.notes);
   } else if (!r.prompt_ids.empty()) {
     for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
       if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= n_vocab) {
@@ -217,7 +228,7 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
     }
     job->prompt = std::move(r.prompt_ids);
   } else {
-    job->prompt = encode_prompt(*tokenizer, r.prompt, r.parse_special, &resp.notes);
+    job->prompt = encode_prompt(*tokenizer, r.prompt, r.parse_special, nullptr, &resp.notes);
   }
   const std::vector<TokenId>& prompt = job->prompt;
   const auto p = static_cast<int64_t>(prompt.size());

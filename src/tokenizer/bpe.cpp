@@ -319,7 +319,7 @@ std::vector<TokenId> BpeTokenizer::encode(std::string_view text, const EncodeOpt
   out.reserve(text.size() / 3 + 2);
   if (opt.add_bos) out.push_back(v.bos);
   Work work;
-  for (const Fragment& f : split_special(text, opt.parse_special)) {
+  for (const Fragment& f : split_special(text, opt)) {
     if (f.id >= 0) {
       out.push_back(f.id);
       continue;

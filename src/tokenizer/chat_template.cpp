@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 
@@ -148,27 +149,94 @@ Detected detect(std::string_view tmpl) {
 }
 
 // ---------------------------------------------------------------------------
-// Message checks shared by the renderers.
+// The prompt being written: its text and which bytes of it the template wrote
+// (RenderedChat). Renderers write template text with tmpl() and message text
+// with content(); neighbouring template pieces merge into one range, so a
+// special-token text the template spells in pieces ("<|" + role + "|>") lies
+// inside one range.
 
-enum class Roles {
-  Any,            // the role text is written into the prompt verbatim
-  SystemUserBot,  // only system, user and assistant exist in the format
+class Prompt {
+ public:
+  Prompt& tmpl(std::string_view s) {
+    if (s.empty()) return *this;
+    const size_t at = r_.text.size();
+    r_.text += s;
+    if (!r_.template_ranges.empty() && r_.template_ranges.back().end == at) {
+      r_.template_ranges.back().end = r_.text.size();
+    } else {
+      r_.template_ranges.push_back({at, r_.text.size()});
+    }
+    return *this;
+  }
+  Prompt& content(std::string_view s) {
+    r_.text += s;
+    return *this;
+  }
+  // Appends `p`, its ranges moved along.
+  Prompt& append(const Prompt& p) {
+    const std::string_view t = p.r_.text;
+    size_t at = 0;
+    for (const TextRange& r : p.r_.template_ranges) {
+      content(t.substr(at, r.begin - at));
+      tmpl(t.substr(r.begin, r.end - r.begin));
+      at = r.end;
+    }
+    return content(t.substr(at));
+  }
+  // Without the ASCII whitespace at both ends (Jinja's trim of a whole turn).
+  Prompt trimmed() const {
+    const std::string_view all = r_.text;
+    const std::string_view kept = trim(all);
+    const size_t lo = static_cast<size_t>(kept.data() - all.data()), hi = lo + kept.size();
+    Prompt out;
+    size_t at = lo;
+    for (const TextRange& r : r_.template_ranges) {
+      const size_t b = std::clamp(r.begin, lo, hi), e = std::clamp(r.end, lo, hi);
+      out.content(all.substr(at, b - at));
+      out.tmpl(all.substr(b, e - b));
+      at = e;
+    }
+    out.content(all.substr(at, hi - at));
+    return out;
+  }
+  bool empty() const { return r_.text.empty(); }
+  RenderedChat take() { return std::move(r_); }
+
+ private:
+  RenderedChat r_;
 };
 
-void check_messages(ChatTemplate t, std::span<const ChatMessage> msgs, Roles roles,
-                    bool system_only_first) {
+// ---------------------------------------------------------------------------
+// Message checks shared by the renderers.
+
+constexpr std::string_view kBasicRoles[] = {"system", "user", "assistant"};
+constexpr std::string_view kChatMlRoles[] = {"system", "user", "assistant", "tool"};
+constexpr std::string_view kLlama3Roles[] = {"system", "user", "assistant", "tool", "ipython"};
+
+std::string role_list(ChatTemplate t) {
+  std::string s;
+  for (std::string_view r : chat_roles(t)) {
+    if (!s.empty()) s += ", ";
+    s += r;
+  }
+  return s;
+}
+
+// Every role is one of the family's (chat_roles): the role is template text
+// and may spell special tokens ("<|user|>"), so nothing else may get in.
+void check_messages(ChatTemplate t, std::span<const ChatMessage> msgs, bool system_only_first) {
+  const std::span<const std::string_view> roles = chat_roles(t);
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string& role = msgs[i].role;
-    if (role.empty()) throw InvalidArgument(fmt::format("chat message {} has an empty role", i));
-    if (roles == Roles::SystemUserBot && role != "system" && role != "user" &&
-        role != "assistant") {
-      throw InvalidArgument(fmt::format(
-          "chat message {} has role '{}': the {} format only has system, user and assistant", i,
-          util::printable(role, 40), chat_template_name(t)));  // a client's role: clipped
+    if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
+      throw InvalidArgument(
+          fmt::format("messages[{}].role: '{}' is not a role of the {} chat format (accepted: {})",
+                      i, util::printable(role, 40), chat_template_name(t), role_list(t)));
     }
     if (system_only_first && role == "system" && i != 0) {
       throw InvalidArgument(fmt::format(
-          "chat message {} is a system message: the {} format takes one only as the first message",
+          "messages[{}].role: a system message, but the {} format takes one only as the first "
+          "message",
           i, chat_template_name(t)));
     }
   }
@@ -196,57 +264,52 @@ SplitSystem split_system(ChatTemplate t, std::span<const ChatMessage> msgs,
 }
 
 // ---------------------------------------------------------------------------
-// Renderers, one per family (or group of close variants).
+// Renderers, one per family (or group of close variants). Role names are
+// template text (check_messages allows only the family's own).
 
-void render_chatml(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
+void render_chatml(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   for (const ChatMessage& m : msgs) {
-    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    out.tmpl("<|im_start|>").tmpl(m.role).tmpl("\n").content(m.content).tmpl("<|im_end|>\n");
   }
-  if (gen) out += "<|im_start|>assistant\n";
+  if (gen) out.tmpl("<|im_start|>assistant\n");
 }
 
-void render_phi4(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
+void render_phi4(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   for (const ChatMessage& m : msgs) {
-    out += "<|im_start|>" + m.role + "<|im_sep|>" + m.content + "<|im_end|>";
+    out.tmpl("<|im_start|>").tmpl(m.role).tmpl("<|im_sep|>").content(m.content).tmpl("<|im_end|>");
   }
-  if (gen) out += "<|im_start|>assistant<|im_sep|>";
+  if (gen) out.tmpl("<|im_start|>assistant<|im_sep|>");
 }
 
 // Meta's template: the system message is wrapped in <<SYS>> and joined to the
 // first turn, every user turn is "<s>[INST] ... [/INST]" and every answer
 // " ... </s>", contents stripped. (llama.cpp's "llama2-sys-strip" renders
 // "[/INST]answer</s>[INST]" instead: no spaces, no BOS between turns.)
-void render_llama2(std::span<const ChatMessage> msgs, const Vocab& v, std::string& out) {
+void render_llama2(std::span<const ChatMessage> msgs, const Vocab& v, Prompt& out) {
   const std::string_view bos = token_text(v, v.bos, "<s>");
   const std::string_view eos = token_text(v, v.eos, "</s>");
   const SplitSystem s = split_system(ChatTemplate::Llama2, msgs, "");
   for (size_t i = 0; i < s.rest.size(); ++i) {
     const ChatMessage& m = s.rest[i];
-    std::string content;
-    if (i == 0 && s.system) content = "<<SYS>>\n" + std::string(*s.system) + "\n<</SYS>>\n\n";
-    content += m.content;
+    Prompt content;
+    if (i == 0 && s.system) content.tmpl("<<SYS>>\n").content(*s.system).tmpl("\n<</SYS>>\n\n");
+    content.content(m.content);
     if (m.role == "user") {
       // The first BOS is the tokenizer's (see chat_template.h).
-      if (!out.empty()) out += bos;
-      out += "[INST] ";
-      out += trim(content);
-      out += " [/INST]";
+      if (!out.empty()) out.tmpl(bos);
+      out.tmpl("[INST] ").append(content.trimmed()).tmpl(" [/INST]");
     } else {
-      out += " ";
-      out += trim(content);
-      out += " ";
-      out += eos;
+      out.tmpl(" ").append(content.trimmed()).tmpl(" ").tmpl(eos);
     }
   }
 }
 
-void render_llama3(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
+void render_llama3(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   for (const ChatMessage& m : msgs) {
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
-    out += trim(m.content);
-    out += "<|eot_id|>";
+    out.tmpl("<|start_header_id|>").tmpl(m.role).tmpl("<|end_header_id|>\n\n");
+    out.content(trim(m.content)).tmpl("<|eot_id|>");
   }
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  if (gen) out.tmpl("<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 // Mistral's official v1/v3 templates (mistral-common's tokenization, see
@@ -255,7 +318,7 @@ void render_llama3(std::span<const ChatMessage> msgs, bool gen, std::string& out
 // last one. (llama.cpp joins it to the first in all three; single-turn
 // prompts are the same.)
 void render_mistral_v1_v3(ChatTemplate t, std::span<const ChatMessage> msgs, const Vocab& v,
-                          std::string& out) {
+                          Prompt& out) {
   const bool v1 = t == ChatTemplate::MistralV1;
   const bool tekken = t == ChatTemplate::MistralV3Tekken;
   const std::string_view eos = token_text(v, v.eos, "</s>");
@@ -269,17 +332,13 @@ void render_mistral_v1_v3(ChatTemplate t, std::span<const ChatMessage> msgs, con
   for (size_t i = 0; i < s.rest.size(); ++i) {
     const ChatMessage& m = s.rest[i];
     if (m.role == "user") {
-      out += v1 ? " [INST] " : tekken ? "[INST]" : "[INST] ";
-      if (s.system && i == system_turn) {
-        out += *s.system;
-        out += "\n\n";
-      }
-      out += m.content;
-      out += v1 ? " [/INST]" : "[/INST]";
+      out.tmpl(v1 ? " [INST] " : tekken ? "[INST]" : "[INST] ");
+      if (s.system && i == system_turn) out.content(*s.system).tmpl("\n\n");
+      out.content(m.content).tmpl(v1 ? " [/INST]" : "[/INST]");
     } else {
-      if (!tekken) out += " ";
-      out += t == ChatTemplate::MistralV3 ? trim(m.content) : std::string_view(m.content);
-      out += eos;
+      if (!tekken) out.tmpl(" ");
+      out.content(t == ChatTemplate::MistralV3 ? trim(m.content) : std::string_view(m.content));
+      out.tmpl(eos);
     }
   }
 }
@@ -287,24 +346,16 @@ void render_mistral_v1_v3(ChatTemplate t, std::span<const ChatMessage> msgs, con
 // Mistral's v7 template (Mistral-Large-2411; tekken: Mistral-Small-3): system
 // messages stay where they are.
 void render_mistral_v7(ChatTemplate t, std::span<const ChatMessage> msgs, const Vocab& v,
-                       std::string& out) {
+                       Prompt& out) {
   const std::string_view sp = t == ChatTemplate::MistralV7 ? " " : "";
   const std::string_view eos = token_text(v, v.eos, "</s>");
   for (const ChatMessage& m : msgs) {
     if (m.role == "system") {
-      out += "[SYSTEM_PROMPT]";
-      out += sp;
-      out += m.content;
-      out += "[/SYSTEM_PROMPT]";
+      out.tmpl("[SYSTEM_PROMPT]").tmpl(sp).content(m.content).tmpl("[/SYSTEM_PROMPT]");
     } else if (m.role == "user") {
-      out += "[INST]";
-      out += sp;
-      out += m.content;
-      out += "[/INST]";
+      out.tmpl("[INST]").tmpl(sp).content(m.content).tmpl("[/INST]");
     } else {
-      out += sp;
-      out += m.content;
-      out += eos;
+      out.tmpl(sp).content(m.content).tmpl(eos);
     }
   }
 }
@@ -313,87 +364,78 @@ void render_mistral_v7(ChatTemplate t, std::span<const ChatMessage> msgs, const 
 // Phi-3-mini template dropped system messages and opened the assistant turn
 // right after each user turn, which renders the same for user/assistant
 // conversations ending in a generation prompt).
-void render_phi3(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
+void render_phi3(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   for (const ChatMessage& m : msgs) {
-    out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+    out.tmpl("<|").tmpl(m.role).tmpl("|>\n").content(m.content).tmpl("<|end|>\n");
   }
-  if (gen) out += "<|assistant|>\n";
+  if (gen) out.tmpl("<|assistant|>\n");
 }
 
 // Gemma 2/3: no system role; the system text and a blank line open the first
 // turn (Gemma 3's template; Gemma 1/2 raise an error instead). "assistant" is
 // "model"; contents are trimmed.
-void render_gemma(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
+void render_gemma(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   const SplitSystem s = split_system(ChatTemplate::Gemma, msgs, "");
   for (size_t i = 0; i < s.rest.size(); ++i) {
     const ChatMessage& m = s.rest[i];
-    out += "<start_of_turn>";
-    out += m.role == "assistant" ? std::string_view("model") : std::string_view(m.role);
-    out += "\n";
-    if (i == 0 && s.system) {
-      out += *s.system;
-      out += "\n\n";
-    }
-    out += trim(m.content);
-    out += "<end_of_turn>\n";
+    out.tmpl("<start_of_turn>");
+    out.tmpl(m.role == "assistant" ? std::string_view("model") : std::string_view(m.role));
+    out.tmpl("\n");
+    if (i == 0 && s.system) out.content(*s.system).tmpl("\n\n");
+    out.content(trim(m.content)).tmpl("<end_of_turn>\n");
   }
-  if (gen) out += "<start_of_turn>model\n";
+  if (gen) out.tmpl("<start_of_turn>model\n");
 }
 
 // DeepSeek-Coder-Instruct. (Its template ends in "{{'### Response:'}}" and a
 // line break, which Hugging Face's Jinja settings keep: "### Response:\n".)
-void render_deepseek(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
+void render_deepseek(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   for (const ChatMessage& m : msgs) {
     if (m.role == "system") {
-      out += m.content;
+      out.content(m.content);
     } else if (m.role == "user") {
-      out += "### Instruction:\n" + m.content + "\n";
+      out.tmpl("### Instruction:\n").content(m.content).tmpl("\n");
     } else {
-      out += "### Response:\n" + m.content + "\n<|EOT|>\n";
+      out.tmpl("### Response:\n").content(m.content).tmpl("\n<|EOT|>\n");
     }
   }
-  if (gen) out += "### Response:\n";
+  if (gen) out.tmpl("### Response:\n");
 }
 
 // DeepSeek-LLM-Chat and DeepSeek-V2.
-void render_deepseek2(std::span<const ChatMessage> msgs, bool gen, const Vocab& v,
-                      std::string& out) {
+void render_deepseek2(std::span<const ChatMessage> msgs, bool gen, const Vocab& v, Prompt& out) {
   const std::string_view eos = token_text(v, v.eos, kDsEndOfSentence);
   for (const ChatMessage& m : msgs) {
     if (m.role == "system") {
-      out += m.content + "\n\n";
+      out.content(m.content).tmpl("\n\n");
     } else if (m.role == "user") {
-      out += "User: " + m.content + "\n\n";
+      out.tmpl("User: ").content(m.content).tmpl("\n\n");
     } else {
-      out += "Assistant: " + m.content;
-      out += eos;
+      out.tmpl("Assistant: ").content(m.content).tmpl(eos);
     }
   }
-  if (gen) out += "Assistant:";
+  if (gen) out.tmpl("Assistant:");
 }
 
 // DeepSeek-V3/R1: all system messages go first, joined by blank lines, with
 // nothing between them and the first <｜User｜> (official template; llama.cpp
 // writes each in place followed by "\n\n").
-void render_deepseek3(std::span<const ChatMessage> msgs, bool gen, std::string& out) {
+void render_deepseek3(std::span<const ChatMessage> msgs, bool gen, Prompt& out) {
   bool first_system = true;
   for (const ChatMessage& m : msgs) {
     if (m.role != "system") continue;
-    if (!first_system) out += "\n\n";
-    out += m.content;
+    if (!first_system) out.tmpl("\n\n");
+    out.content(m.content);
     first_system = false;
   }
   for (const ChatMessage& m : msgs) {
     if (m.role == "user") {
-      out += kDsUser;
-      out += m.content;
+      out.tmpl(kDsUser).content(m.content);
     } else if (m.role == "assistant") {
-      out += kDsAssistant;
-      out += m.content;
-      out += kDsEndOfSentence;
+      out.tmpl(kDsAssistant).content(m.content).tmpl(kDsEndOfSentence);
     }
   }
-  if (gen) out += kDsAssistant;
+  if (gen) out.tmpl(kDsAssistant);
 }
 
 }  // namespace
@@ -451,59 +493,75 @@ ChatTemplate detect_chat_template(std::string_view template_text) {
       head, template_text.size() > 60 ? "..." : "", chat_template_names()));
 }
 
-std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
-                        bool add_generation_prompt, const Vocab& vocab) {
-  std::string out;
+std::span<const std::string_view> chat_roles(ChatTemplate t) {
   switch (t) {
     case ChatTemplate::ChatML:
-      check_messages(t, messages, Roles::Any, false);
+      return kChatMlRoles;
+    case ChatTemplate::Llama3:
+      return kLlama3Roles;
+    default:
+      return kBasicRoles;
+  }
+}
+
+RenderedChat render_chat_prompt(ChatTemplate t, std::span<const ChatMessage> messages,
+                                bool add_generation_prompt, const Vocab& vocab) {
+  Prompt out;
+  switch (t) {
+    case ChatTemplate::ChatML:
+      check_messages(t, messages, false);
       render_chatml(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::Phi4:
-      check_messages(t, messages, Roles::Any, false);
+      check_messages(t, messages, false);
       render_phi4(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::Llama2:
-      check_messages(t, messages, Roles::SystemUserBot, true);
+      check_messages(t, messages, true);
       render_llama2(messages, vocab, out);
       break;
     case ChatTemplate::Llama3:
-      check_messages(t, messages, Roles::Any, false);
+      check_messages(t, messages, false);
       render_llama3(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::MistralV1:
     case ChatTemplate::MistralV3:
     case ChatTemplate::MistralV3Tekken:
-      check_messages(t, messages, Roles::SystemUserBot, true);
+      check_messages(t, messages, true);
       render_mistral_v1_v3(t, messages, vocab, out);
       break;
     case ChatTemplate::MistralV7:
     case ChatTemplate::MistralV7Tekken:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_mistral_v7(t, messages, vocab, out);
       break;
     case ChatTemplate::Phi3:
-      check_messages(t, messages, Roles::Any, false);
+      check_messages(t, messages, false);
       render_phi3(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::Gemma:
-      check_messages(t, messages, Roles::Any, true);
+      check_messages(t, messages, true);
       render_gemma(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::DeepSeek:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_deepseek(messages, add_generation_prompt, out);
       break;
     case ChatTemplate::DeepSeek2:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_deepseek2(messages, add_generation_prompt, vocab, out);
       break;
     case ChatTemplate::DeepSeek3:
-      check_messages(t, messages, Roles::SystemUserBot, false);
+      check_messages(t, messages, false);
       render_deepseek3(messages, add_generation_prompt, out);
       break;
   }
-  return out;
+  return out.take();
+}
+
+std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
+                        bool add_generation_prompt, const Vocab& vocab) {
+  return render_chat_prompt(t, messages, add_generation_prompt, vocab).text;
 }
 
 }  // namespace encore

@@ -129,7 +129,7 @@ std::vector<TokenId> SpmTokenizer::encode(std::string_view text, const EncodeOpt
   if (opt.add_bos) out.push_back(v.bos);
   bool after_special = true;  // the start of the text counts as "after a special token"
   std::string escaped;
-  for (const Fragment& f : split_special(text, opt.parse_special)) {
+  for (const Fragment& f : split_special(text, opt)) {
     if (f.id >= 0) {
       out.push_back(f.id);
       after_special = true;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -175,6 +176,20 @@ bool Tokenizer::is_control(TokenId id) const {
   return id >= 0 && id < n_vocab() && type_of(id) == TokenType::Control;
 }
 
+void Tokenizer::check_ranges(const std::vector<TextRange>& ranges, size_t text_size) {
+  size_t prev_end = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const TextRange& r = ranges[i];
+    if (r.begin > r.end || r.end > text_size || (i > 0 && r.begin < prev_end)) {
+      throw InvalidArgument(fmt::format(
+          "special_ranges[{}]: [{}, {}) is not an ascending, disjoint range within the {}-byte "
+          "text",
+          i, r.begin, r.end, text_size));
+    }
+    prev_end = r.end;
+  }
+}
+
 void Tokenizer::check_id(TokenId id) const {
   if (id < 0 || id >= n_vocab()) {
     throw InvalidArgument(
@@ -183,16 +198,36 @@ void Tokenizer::check_id(TokenId id) const {
 }
 
 std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
-                                                          bool parse_special) const {
+                                                          const EncodeOptions& opt) const {
+  const std::vector<TextRange>* ranges = opt.parse_special ? opt.special_ranges : nullptr;
+  if (ranges) check_ranges(*ranges, text.size());
+  // Whether the occurrence of a Control/Unknown token text at text[at, at + len) may become
+  // that token: everywhere, or only wholly inside one of the ranges.
+  const auto allowed = [&](size_t at, size_t len) {
+    if (!ranges) return true;
+    const auto after = std::upper_bound(ranges->begin(), ranges->end(), at,
+                                        [](size_t a, const TextRange& r) { return a < r.begin; });
+    return after != ranges->begin() && at + len <= std::prev(after)->end;
+  };
   std::vector<Fragment> frags;
   if (text.empty()) return frags;
   frags.push_back(Fragment{-1, text});
   std::vector<Fragment> next;
   for (TokenId id : special_) {
     const TokenType type = type_of(id);
-    if (!parse_special && type != TokenType::UserDefined) continue;
+    const bool user_defined = type == TokenType::UserDefined;
+    if (!opt.parse_special && !user_defined) continue;
     const std::string_view pattern = vocab_.tokens[static_cast<size_t>(id)];
     const uint8_t flags = flags_[static_cast<size_t>(id)];
+    // The first occurrence in `s` at or after `from` that may be cut out.
+    const auto find = [&](std::string_view s, size_t from) {
+      size_t pos = s.find(pattern, from);
+      while (pos != std::string_view::npos && !user_defined &&
+             !allowed(static_cast<size_t>(s.data() - text.data()) + pos, pattern.size())) {
+        pos = s.find(pattern, pos + 1);
+      }
+      return pos;
+    };
     next.clear();
     bool matched = false;
     for (const Fragment& f : frags) {
@@ -201,7 +236,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
         continue;
       }
       std::string_view rest = f.text;
-      size_t pos = rest.find(pattern);
+      size_t pos = find(rest, 0);
       if (pos == std::string_view::npos) {
         next.push_back(f);
         continue;
@@ -218,7 +253,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
         if (flags & kRstrip) {
           while (!rest.empty() && is_c_space(rest.front())) rest.remove_prefix(1);
         }
-        pos = rest.find(pattern);
+        pos = find(rest, 0);
       }
       if (!rest.empty()) next.push_back(Fragment{-1, rest});
     }

@@ -253,7 +253,7 @@ std::vector<TokenId> WpmTokenizer::encode(std::string_view text, const EncodeOpt
   std::vector<TokenId> out;
   if (opt.add_bos) out.push_back(v.bos);
   std::string buf;
-  for (const Fragment& f : split_special(text, opt.parse_special)) {
+  for (const Fragment& f : split_special(text, opt)) {
     if (f.id >= 0) {
       out.push_back(f.id);
       continue;
