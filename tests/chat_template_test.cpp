@@ -202,7 +202,9 @@ std::vector<std::string> content_runs(const RenderedChat& r) {
     const TextRange& t = r.template_ranges[i];
     EXPECT_LT(t.begin, t.end) << "empty range " << i;
     EXPECT_LE(t.end, r.text.size());
-    if (i > 0) EXPECT_GT(t.begin, r.template_ranges[i - 1].end) << "unmerged or overlapping";
+    if (i > 0) {
+      EXPECT_GT(t.begin, r.template_ranges[i - 1].end) << "unmerged or overlapping";
+    }
     if (t.begin > at) runs.push_back(r.text.substr(at, t.begin - at));
     at = t.end;
   }
@@ -333,7 +335,7 @@ TEST(ChatRender, Errors) {
     ADD_FAILURE() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_LT(std::string(e.what()).size(), 300u);
-    EXPECT_NE(std::string(e.what()).find("has role 'rrr"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("messages[1].role: 'rrr"), std::string::npos) << e.what();
   }
 }
 
