@@ -127,12 +127,36 @@ TEST_F(CliSession, TwoProcessesShareOneRedisAndAFlushOnlyCostsTime) {
   EXPECT_EQ(continued({"--redis", redis.url()}, "shared", &err), whole);
   EXPECT_GT(restored(err, "redis\\)"), 0) << "nothing restored from Redis: " << err;
   EXPECT_NE(err.find("session continued"), std::string::npos) << err;
-  // Flushed between the turns: the session is gone, a fresh start follows.
+  // Flushed between the turns: the session is gone; continuing it says so,
+  // and a prompt starts it afresh.
   run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "15", "--session", "f"} + kSampling +
       Args{"--redis", redis.url()});
   redis.cli("FLUSHALL");
-  const Json fresh = run(Args{"-n", "5", "--session", "f", "--redis", redis.url()}, &err);
+  const CliResult gone =
+      run_encore(Args{"run", "-m", model_, "-n", "5", "--session", "f", "--redis", redis.url()});
+  EXPECT_EQ(gone.exit_code, 1) << gone.err;
+  EXPECT_NE(gone.err.find("no saved session 'f'"), std::string::npos) << gone.err;
+  run(Args{"-p", "Once", "-n", "5", "--session", "f", "--redis", redis.url()}, &err);
   EXPECT_NE(err.find("session started"), std::string::npos) << err;
+}
+
+// `--session X` without a prompt continues X; when X was never saved it is
+// an error that says so (exit 1), never a fresh story from BOS alone.
+TEST_F(CliSession, ContinuingAMissingSessionFailsClearly) {
+  const CliResult r =
+      run_encore(Args{"run", "-m", model_, "-n", "5", "--session", "nope"} + state());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.out, "") << "generated something anyway";
+  EXPECT_NE(r.err.find("error: session: no saved session 'nope' for this tenant (expired, "
+                       "removed, or never saved); send a prompt to start it (-p / -f)"),
+            std::string::npos)
+      << r.err;
+  // With a prompt it starts; then it continues.
+  std::string err;
+  run(Args{"-p", "Once upon a time", "-n", "5", "--session", "nope"} + state(), &err);
+  EXPECT_NE(err.find("session started"), std::string::npos) << err;
+  run(Args{"-n", "5", "--session", "nope"} + state(), &err);
+  EXPECT_NE(err.find("session continued"), std::string::npos) << err;
 }
 
 TEST_F(CliSession, ChatContinuesInAnotherProcessWithTheSameAnswers) {

@@ -186,8 +186,10 @@ class Engine {
 
   // Validates `request` (every field; the prompt must fit the context; the
   // request must fit the KV pool on its own, n samples to max_tokens or the
-  // context each) and queues it. Throws InvalidArgument naming the field, or
-  // ResourceExhausted when it could never fit the KV budget.
+  // context each) and queues it. Throws InvalidArgument naming the field,
+  // ResourceExhausted when it could never fit the KV budget, or NotFound
+  // (error.h; message "session: ...") for a session continued without a
+  // prompt when no usable session is saved under (tenant, session).
   RequestHandle submit(Request request);
   // submit() and wait().
   Response run(Request request);
@@ -205,9 +207,11 @@ class Engine {
   // The tokenizer's ids for `text` (no BOS, special tokens as text).
   std::vector<TokenId> tokenize(std::string_view text) const;
   // A saved session (its request, sample states and, for a chat, the
-  // conversation with the last answer), or nullopt: none, or unusable.
-  // Throws InvalidArgument without state tiers or for a bad id.
-  std::optional<RunState> load_session(const std::string& tenant, const std::string& session);
+  // conversation with the last answer), or nullopt: none, or unusable; then
+  // `absent` (if given) says which, in words (SessionLoad::why). Throws
+  // InvalidArgument without state tiers or for a bad id.
+  std::optional<RunState> load_session(const std::string& tenant, const std::string& session,
+                                       std::string* absent = nullptr);
   // Queues `state` to be written as session (tenant, session).
   void save_session(const std::string& tenant, const std::string& session, const RunState& state);
   // Per state tier (name, counters); empty without state tiers.

@@ -9,8 +9,9 @@
 // XXH3-128 of the payload); a load checks all of it and treats anything that
 // does not match — truncated, bit-flipped, another model, another tenant,
 // another format version, expired — as absent: counted by reason, reported
-// through the log callback, never an error and never wrong state. The caller
-// recomputes.
+// through the log callback (and to the caller, get()'s `rejected`), never an
+// error and never wrong state. The caller recomputes (a KV block) or treats
+// the record as absent (a session).
 //
 // Tiers: a local directory (DiskStore: one file per record, zstd payload,
 // atomic writes, a size cap with least-recently-used collection, TTL) and
@@ -89,8 +90,10 @@ class StoreTier {
   virtual std::string_view name() const = 0;
   // The record's payload, or nullopt: absent, expired or unusable. With
   // expires_ms, also its expiry (ms since the epoch, 0: never), so a copy
-  // elsewhere can keep the same deadline.
-  virtual std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms = nullptr) = 0;
+  // elsewhere can keep the same deadline. With rejected, also why a record
+  // that was there could not be used (left empty when there was none).
+  virtual std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms = nullptr,
+                                         std::optional<StoreMiss>* rejected = nullptr) = 0;
   // Stores a payload that expires after ttl (0: never). Throws StoreError
   // when it could not be stored (what was stored before stays valid).
   virtual void put(const StoreKey& key, std::string_view payload,
@@ -190,7 +193,9 @@ class TieredStore {
     size_t tier_index = 0;
     uint64_t expires_ms = 0;  // 0: never
   };
-  std::optional<Hit> get(const StoreKey& key);
+  // With rejected: on a miss, why the last tier that held an unusable
+  // record rejected it (empty: no tier held one).
+  std::optional<Hit> get(const StoreKey& key, std::optional<StoreMiss>* rejected = nullptr);
   // Writes to the tiers before tier_index only; ttl as put().
   void put_above(size_t tier_index, const std::vector<std::pair<StoreKey, std::string>>& items,
                  std::chrono::milliseconds ttl);

@@ -341,9 +341,11 @@ Persistence& persistence_of(Engine::Impl& m, const std::string& session) {
 
 }  // namespace
 
-std::optional<RunState> Engine::load_session(const std::string& tenant,
-                                             const std::string& session) {
-  return persistence_of(*impl_, session).load_session(tenant, session, false);
+std::optional<RunState> Engine::load_session(const std::string& tenant, const std::string& session,
+                                             std::string* absent) {
+  SessionLoad l = persistence_of(*impl_, session).load_session(tenant, session, false);
+  if (!l.state && absent) *absent = l.why(session);
+  return std::move(l.state);
 }
 
 void Engine::save_session(const std::string& tenant, const std::string& session,

@@ -55,7 +55,8 @@ class DiskStore final : public StoreTier {
 
   std::string_view name() const override { return "disk"; }
 
-  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms) override {
+  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms,
+                                 std::optional<StoreMiss>* rejected) override {
     bump(&StoreCounters::gets);
     if (!store::valid_name(key.name)) return none();
     const std::string path = path_of(key);
@@ -71,7 +72,7 @@ class DiskStore final : public StoreTier {
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     if (size > o_.max_record_bytes + (1u << 16)) {
-      return reject(path, st, StoreMiss::TooLarge, fmt::format("{} bytes", size));
+      return reject(path, key, st, StoreMiss::TooLarge, fmt::format("{} bytes", size), rejected);
     }
     std::string bytes(size, '\0');
     size_t got = 0;
@@ -83,7 +84,7 @@ class DiskStore final : public StoreTier {
     }
     bytes.resize(got);
     store::Decoded d = store::decode_record(bytes, key, store::unix_ms_now(), o_.max_record_bytes);
-    if (!d.payload) return reject(path, st, d.why, d.detail);
+    if (!d.payload) return reject(path, key, st, d.why, d.detail, rejected);
     if (expires_ms) *expires_ms = d.header.expires_ms;
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // most recently used
     {
@@ -243,16 +244,18 @@ class DiskStore final : public StoreTier {
   }
   // A record that is there but unusable: counted, told, and removed (a
   // good copy is written again by whoever recomputes it).
-  std::optional<std::string> reject(const std::string& path, const struct stat& read, StoreMiss why,
-                                    const std::string& detail) {
+  std::optional<std::string> reject(const std::string& path, const StoreKey& key,
+                                    const struct stat& read, StoreMiss why,
+                                    const std::string& detail, std::optional<StoreMiss>* rejected) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++c_.misses;
       ++c_.rejected[static_cast<int>(why)];
     }
+    if (rejected) *rejected = why;
     if (o_.log) {
-      o_.log(fmt::format("disk store: ignoring {} ({}: {}); it will be recomputed", path,
-                         store_miss_name(why), detail));
+      o_.log(fmt::format("disk store: ignoring {} ({}: {}: {}); {}", path, key.name,
+                         store_miss_name(why), detail, store::when_rejected(key.name)));
     }
     // Removed unless the file was replaced since it was read (another
     // writer's good record), or belongs to another format version (its build).

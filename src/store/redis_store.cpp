@@ -94,7 +94,8 @@ class RedisStore final : public StoreTier {
 
   std::string_view name() const override { return "redis"; }
 
-  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms) override {
+  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms,
+                                 std::optional<StoreMiss>* rejected) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.gets;
     if (!store::valid_name(key.name) || !connected()) return miss();
@@ -115,9 +116,10 @@ class RedisStore final : public StoreTier {
     if (!d.payload) {
       ++c_.misses;
       ++c_.rejected[static_cast<int>(d.why)];
+      if (rejected) *rejected = d.why;
       if (o_.log) {
-        o_.log(fmt::format("redis store: ignoring {} ({}: {}); it will be recomputed", k,
-                           store_miss_name(d.why), d.detail));
+        o_.log(fmt::format("redis store: ignoring {} ({}: {}); {}", k, store_miss_name(d.why),
+                           d.detail, store::when_rejected(key.name)));
       }
       return std::nullopt;
     }
