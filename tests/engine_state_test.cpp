@@ -508,6 +508,54 @@ TEST_F(EngineState, ASessionWithoutItsBlocksContinuesADamagedOneIsRefused) {
   }
 }
 
+// Tenant A, with a share of the state directory, writes far more than the
+// directory's size cap holds; B, without a share, saved a session before.
+// A's own oldest records make room, B's session survives (without the
+// share, the size cap would have taken it: the least recently used of all),
+// and A stays within its share.
+TEST_F(EngineState, ATenantsShareKeepsItsWritesFromEvictingAnothersSession) {
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 256;
+  o.kv_bytes = 8 << 20;
+  o.state_dir = dir();
+  o.state_max_bytes = 1 << 20;
+  o.tenant_shares.bytes["alice"] = 256 << 10;
+  o.fingerprint_cache_dir = "/nonexistent";
+  auto e = Engine::open(*file_, o);
+  Request b = request(prompt_of(40, 20), 3, 8);
+  b.session = "bobs";
+  b.tenant = "bob";
+  const Response b1 = e->run(b);
+  e->drain();
+  for (int i = 0; i < 30; ++i) {
+    Request a = request(prompt_of(70, 30 + i), 4, 10);
+    a.persist = true;
+    a.tenant = "alice";
+    e->run(a);
+  }
+  e->drain();
+  uint64_t alice = 0, total = 0;
+  for (const DiskRecord& d : list_disk_records(dir(), false)) {
+    total += d.file_bytes;
+    if (d.key.tenant == "alice") alice += d.file_bytes;
+  }
+  EXPECT_LE(alice, 256u << 10);
+  EXPECT_LE(total, 1u << 20);
+  const StoreCounters disk = e->state_counters().at(0).second;
+  EXPECT_GT(disk.share_evictions, 0);
+  EXPECT_EQ(disk.evictions, 0) << "the size cap had to step in";
+  Request cont;
+  cont.session = "bobs";
+  cont.tenant = "bob";
+  cont.max_tokens = 4;
+  const Response b2 = e->run(cont);  // NotFound if alice's writes evicted it
+  EXPECT_TRUE(b2.session_found);
+  // A share of nothing is not a share.
+  o.tenant_shares.bytes["carol"] = 0;
+  EXPECT_THROW(Engine::open(*file_, o), InvalidArgument);
+}
+
 class EngineRedis : public EngineState {
  protected:
   test::RedisServer redis_;

@@ -68,6 +68,15 @@ struct EngineOptions {
   std::string redis_url;  // redis://host:port[/db]
   uint64_t state_max_bytes = 8ull << 30;   // size cap of the directory
   std::chrono::milliseconds state_ttl{0};  // records expire after this (0: never)
+  // Each tenant's share of each tier (store.h, TenantShares): a tenant with
+  // one keeps its sessions and KV blocks within it (its own least recently
+  // used records go first; a record larger than the share is not stored,
+  // counted as a write error), whatever the other tenants write. Keyed by
+  // Request::tenant; default_bytes applies to every tenant not named (0:
+  // none, bounded only by state_max_bytes, which takes from such tenants
+  // first, and by Redis' own memory limit). For full isolation keep the
+  // shares' sum under state_max_bytes and Redis' maxmemory.
+  TenantShares tenant_shares;
   // One line per remark about persistent state (a record ignored and why, a
   // Redis outage and its end). Called from the scheduler, writer and
   // submitting threads: it must be thread-safe. Default: none.
