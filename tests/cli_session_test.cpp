@@ -247,8 +247,34 @@ TEST_F(CliSession, CacheListsVerifiesCollectsAndRemoves) {
   EXPECT_EQ(run_encore(Args{"cache", "verify"} + d).exit_code, 0);
   const CliResult st = run_encore(Args{"cache", "stats"} + d);
   EXPECT_NE(st.out.find("session"), std::string::npos) << st.out;
+  EXPECT_TRUE(std::regex_search(st.out, std::regex("\\(default\\) +[1-9]")))
+      << "no per-tenant usage: " << st.out;
   EXPECT_NE(run_encore(Args{"cache", "rm", "--all"} + d).out.find("removed"), std::string::npos);
   EXPECT_EQ(run_encore(Args{"cache", "ls"} + d).out.find("block/"), std::string::npos);
+}
+
+// --state-max-mib caps the state directory: sessions written past it make
+// the least recently used records go.
+TEST_F(CliSession, StateMaxMibCapsTheDirectory) {
+  auto dir_bytes = [&] {
+    uint64_t total = 0;
+    for (const auto& f : fs::recursive_directory_iterator(dir_.file("state"))) {
+      if (f.path().extension() == ".snap") total += fs::file_size(f.path());
+    }
+    return total;
+  };
+  for (int i = 0; i < 6; ++i) {
+    run(Args{"-p", "Once upon a time", "--seed", std::to_string(i), "-n", "400", "--session",
+             "s" + std::to_string(i), "--state-max-mib", "1"} +
+        kSampling + state());
+  }
+  EXPECT_LE(dir_bytes(), 1u << 20);
+  EXPECT_EQ(
+      run_encore(Args{"run", "-m", model_, "-n", "5", "--session", "s0", "--state-max-mib", "0.5"} +
+                 state())
+          .exit_code,
+      105)
+      << "a cap under 1 MiB is refused";
 }
 
 // With a state directory, --save-state also writes the KV blocks, and
