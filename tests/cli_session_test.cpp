@@ -127,12 +127,36 @@ TEST_F(CliSession, TwoProcessesShareOneRedisAndAFlushOnlyCostsTime) {
   EXPECT_EQ(continued({"--redis", redis.url()}, "shared", &err), whole);
   EXPECT_GT(restored(err, "redis\\)"), 0) << "nothing restored from Redis: " << err;
   EXPECT_NE(err.find("session continued"), std::string::npos) << err;
-  // Flushed between the turns: the session is gone, a fresh start follows.
+  // Flushed between the turns: the session is gone; continuing it says so,
+  // and a prompt starts it afresh.
   run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "15", "--session", "f"} + kSampling +
       Args{"--redis", redis.url()});
   redis.cli("FLUSHALL");
-  const Json fresh = run(Args{"-n", "5", "--session", "f", "--redis", redis.url()}, &err);
+  const CliResult gone =
+      run_encore(Args{"run", "-m", model_, "-n", "5", "--session", "f", "--redis", redis.url()});
+  EXPECT_EQ(gone.exit_code, 1) << gone.err;
+  EXPECT_NE(gone.err.find("no saved session 'f'"), std::string::npos) << gone.err;
+  run(Args{"-p", "Once", "-n", "5", "--session", "f", "--redis", redis.url()}, &err);
   EXPECT_NE(err.find("session started"), std::string::npos) << err;
+}
+
+// `--session X` without a prompt continues X; when X was never saved it is
+// an error that says so (exit 1), never a fresh story from BOS alone.
+TEST_F(CliSession, ContinuingAMissingSessionFailsClearly) {
+  const CliResult r =
+      run_encore(Args{"run", "-m", model_, "-n", "5", "--session", "nope"} + state());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.out, "") << "generated something anyway";
+  EXPECT_NE(r.err.find("error: session: no saved session 'nope' for this tenant (expired, "
+                       "removed, or never saved); send a prompt to start it (-p / -f)"),
+            std::string::npos)
+      << r.err;
+  // With a prompt it starts; then it continues.
+  std::string err;
+  run(Args{"-p", "Once upon a time", "-n", "5", "--session", "nope"} + state(), &err);
+  EXPECT_NE(err.find("session started"), std::string::npos) << err;
+  run(Args{"-n", "5", "--session", "nope"} + state(), &err);
+  EXPECT_NE(err.find("session continued"), std::string::npos) << err;
 }
 
 TEST_F(CliSession, ChatContinuesInAnotherProcessWithTheSameAnswers) {
@@ -223,8 +247,34 @@ TEST_F(CliSession, CacheListsVerifiesCollectsAndRemoves) {
   EXPECT_EQ(run_encore(Args{"cache", "verify"} + d).exit_code, 0);
   const CliResult st = run_encore(Args{"cache", "stats"} + d);
   EXPECT_NE(st.out.find("session"), std::string::npos) << st.out;
+  EXPECT_TRUE(std::regex_search(st.out, std::regex("\\(default\\) +[1-9]")))
+      << "no per-tenant usage: " << st.out;
   EXPECT_NE(run_encore(Args{"cache", "rm", "--all"} + d).out.find("removed"), std::string::npos);
   EXPECT_EQ(run_encore(Args{"cache", "ls"} + d).out.find("block/"), std::string::npos);
+}
+
+// --state-max-mib caps the state directory: sessions written past it make
+// the least recently used records go.
+TEST_F(CliSession, StateMaxMibCapsTheDirectory) {
+  auto dir_bytes = [&] {
+    uint64_t total = 0;
+    for (const auto& f : fs::recursive_directory_iterator(dir_.file("state"))) {
+      if (f.path().extension() == ".snap") total += fs::file_size(f.path());
+    }
+    return total;
+  };
+  for (int i = 0; i < 6; ++i) {
+    run(Args{"-p", "Once upon a time", "--seed", std::to_string(i), "-n", "400", "--session",
+             "s" + std::to_string(i), "--state-max-mib", "1"} +
+        kSampling + state());
+  }
+  EXPECT_LE(dir_bytes(), 1u << 20);
+  EXPECT_EQ(
+      run_encore(Args{"run", "-m", model_, "-n", "5", "--session", "s0", "--state-max-mib", "0.5"} +
+                 state())
+          .exit_code,
+      105)
+      << "a cap under 1 MiB is refused";
 }
 
 // With a state directory, --save-state also writes the KV blocks, and

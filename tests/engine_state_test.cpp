@@ -187,12 +187,17 @@ TEST_F(EngineState, AnotherModelNeverUsesTheState) {
   }
   // Another model (another type of the same shape): nothing of the first is used.
   auto other = open(dir(), "", model_file("tiny", DType::Q4_K));
-  // Continuing one (no prompt) is where a model change shows: logged, counted.
+  // Continuing one (no prompt) is where a model change shows: refused,
+  // saying why; logged, counted.
   Request resume_it;
   resume_it.session = "s";
   resume_it.max_tokens = 4;
-  const Response fresh = other->run(resume_it);
-  EXPECT_FALSE(fresh.session_found);
+  try {
+    other->submit(resume_it);
+    FAIL() << "another model's session was continued";
+  } catch (const NotFound& e) {
+    EXPECT_NE(std::string(e.what()).find("saved by another model"), std::string::npos) << e.what();
+  }
   Request cont;
   cont.session = "t";
   cont.max_tokens = 4;
@@ -213,7 +218,8 @@ TEST_F(EngineState, AnotherModelNeverUsesTheState) {
 class GatedTier : public StoreTier {
  public:
   std::string_view name() const override { return "gated"; }
-  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms) override {
+  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms,
+                                 std::optional<StoreMiss>*) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (expires_ms != nullptr) *expires_ms = 0;
     for (const auto& [k, v] : records_) {
@@ -267,15 +273,15 @@ TEST_F(EngineState, ASessionRecordStillQueuedIsReadFromTheQueue) {
     ~Opener() { t->open(); }
   } opener{tier};
   p.save_session("alice", "s", state);
-  const std::optional<RunState> got = p.load_session("alice", "s", false);
+  const std::optional<RunState> got = p.load_session("alice", "s", false).state;
   ASSERT_TRUE(got.has_value()) << "a session record still queued was not seen";
   EXPECT_EQ(run_state_json(*got), run_state_json(state));
-  EXPECT_FALSE(p.load_session("bob", "s", false).has_value()) << "another tenant's record";
+  EXPECT_FALSE(p.load_session("bob", "s", false).state.has_value()) << "another tenant's record";
   EXPECT_EQ(tier->written(), 0u);
   tier->open();
   p.flush();
   EXPECT_EQ(tier->written(), 1u);
-  EXPECT_TRUE(p.load_session("alice", "s", false).has_value());  // now from the tier
+  EXPECT_TRUE(p.load_session("alice", "s", false).state.has_value());  // now from the tier
 }
 
 TEST_F(EngineState, TenantsNeverSeeEachOthersState) {
@@ -366,12 +372,23 @@ TEST_F(EngineState, BadSessionRecordsAreFallbacks) {
     Request cont;
     cont.session = name;
     cont.max_tokens = 3;
+    // Nothing to continue: refused, saying the record is unusable (not absent).
+    try {
+      e->submit(cont);
+      ADD_FAILURE() << name << ": continued";
+    } catch (const NotFound& err) {
+      EXPECT_EQ(std::string(err.what()).rfind("session: the saved session", 0), 0) << err.what();
+      EXPECT_NE(std::string(err.what()).find("cannot be used"), std::string::npos) << err.what();
+    }
+    // With a prompt the session starts afresh.
+    cont.prompt_ids = {1, 7, 8};
     const Response got = e->run(cont);
     EXPECT_EQ(got.status, Response::Status::Ok) << name;
     EXPECT_FALSE(got.session_found) << name;
+    EXPECT_EQ(got.prompt_ids, cont.prompt_ids) << name;
   }
   e->drain();
-  EXPECT_EQ(e->stats().state_fallbacks, 3);
+  EXPECT_EQ(e->stats().state_fallbacks, 6);
   EXPECT_EQ(e->stats().sessions_loaded, 0);
 }
 
@@ -395,6 +412,148 @@ TEST_F(EngineState, AContinuationUnderAnotherContextSizeIsRefused) {
   } catch (const InvalidArgument& err) {
     EXPECT_NE(std::string(err.what()).find("context size 256"), std::string::npos) << err.what();
   }
+}
+
+// A continuation without a prompt needs the saved session: when there is
+// none it fails at submit with NotFound ("session: no saved session ..."),
+// also for another tenant's session of the same name. A prompt starts the
+// session instead (session_found false), and then it continues (true).
+TEST_F(EngineState, AMissingSessionWithoutAPromptIsNotFound) {
+  auto e = open(dir());
+  Request cont;
+  cont.session = "never-saved";
+  cont.max_tokens = 3;
+  try {
+    e->submit(cont);
+    FAIL() << "a session that was never saved was continued";
+  } catch (const NotFound& err) {
+    EXPECT_EQ(std::string(err.what()),
+              "session: no saved session 'never-saved' for this tenant (expired, removed, or "
+              "never saved); send a prompt to start it");
+  }
+  Request start = request2(prompt_of(20, 14), 3, 4);
+  start.session = "never-saved";
+  start.tenant = "alice";
+  const Response started = e->run(start);
+  EXPECT_FALSE(started.session_found);
+  cont.tenant = "bob";
+  EXPECT_THROW(e->submit(cont), NotFound) << "bob continued alice's session";
+  cont.tenant = "alice";
+  const Response continued = e->run(cont);
+  EXPECT_TRUE(continued.session_found);
+  EXPECT_EQ(continued.seed, 3u);
+  Request more = request2({40, 41}, 4, 4);
+  more.session = "never-saved";
+  more.tenant = "alice";
+  EXPECT_TRUE(e->run(more).session_found);
+}
+
+// A saved session whose KV blocks are gone is still there: it continues
+// exactly (the KV recomputed). One whose record is damaged is not: refused,
+// saying the record is unusable; once removed, it is not found.
+TEST_F(EngineState, ASessionWithoutItsBlocksContinuesADamagedOneIsRefused) {
+  const Request whole = request2(prompt_of(40, 15), 8, 20);
+  const Response want = open("")->run(whole);
+  Request first = whole;
+  first.max_tokens = 8;
+  first.session = "kept";
+  const Response a = open(dir())->run(first);
+  size_t blocks = 0;
+  std::string session_file;
+  for (const DiskRecord& d : list_disk_records(dir(), false)) {
+    if (d.key.name.rfind("block/", 0) == 0) blocks += fs::remove(d.path) ? 1 : 0;
+    if (d.key.name == "session/kept") session_file = d.path;
+  }
+  ASSERT_GT(blocks, 0u);
+  ASSERT_FALSE(session_file.empty());
+  const std::string good = test::read_file(session_file);
+  Request rest;
+  rest.session = "kept";
+  rest.max_tokens = 12;
+  {
+    auto e = open(dir());
+    const Response b = e->run(rest);
+    ASSERT_EQ(b.status, Response::Status::Ok) << b.error;
+    EXPECT_TRUE(b.session_found);
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+    e->drain();
+    EXPECT_EQ(e->stats().blocks_restored, 0);
+  }
+  std::string bad = good;
+  bad[bad.size() - 3] ^= 0x10;
+  std::ofstream(session_file, std::ios::binary | std::ios::trunc) << bad;
+  auto e = open(dir());
+  try {
+    e->submit(rest);
+    FAIL() << "a damaged session record was continued";
+  } catch (const NotFound& err) {
+    EXPECT_EQ(std::string(err.what()),
+              "session: the saved session 'kept' cannot be used (its record is corrupt); send a "
+              "prompt to start it afresh");
+  }
+  bool told = false;
+  for (const std::string& l : logged()) {
+    told |= l.find("session/kept: corrupt") != std::string::npos &&
+            l.find("treated as absent") != std::string::npos;
+    EXPECT_EQ(l.find("will be recomputed"), std::string::npos) << "a session is not recomputed";
+  }
+  EXPECT_TRUE(told);
+  // The disk tier removed the damaged record: now there is none.
+  try {
+    e->submit(rest);
+    FAIL() << "continued";
+  } catch (const NotFound& err) {
+    EXPECT_NE(std::string(err.what()).find("no saved session 'kept'"), std::string::npos)
+        << err.what();
+  }
+}
+
+// Tenant A, with a share of the state directory, writes far more than the
+// directory's size cap holds; B, without a share, saved a session before.
+// A's own oldest records make room, B's session survives (without the
+// share, the size cap would have taken it: the least recently used of all),
+// and A stays within its share.
+TEST_F(EngineState, ATenantsShareKeepsItsWritesFromEvictingAnothersSession) {
+  EngineOptions o;
+  o.threads = 2;
+  o.n_ctx = 256;
+  o.kv_bytes = 8 << 20;
+  o.state_dir = dir();
+  o.state_max_bytes = 1 << 20;
+  o.tenant_shares.bytes["alice"] = 256 << 10;
+  o.fingerprint_cache_dir = "/nonexistent";
+  auto e = Engine::open(*file_, o);
+  Request b = request(prompt_of(40, 20), 3, 8);
+  b.session = "bobs";
+  b.tenant = "bob";
+  const Response b1 = e->run(b);
+  e->drain();
+  for (int i = 0; i < 30; ++i) {
+    Request a = request(prompt_of(70, 30 + i), 4, 10);
+    a.persist = true;
+    a.tenant = "alice";
+    e->run(a);
+  }
+  e->drain();
+  uint64_t alice = 0, total = 0;
+  for (const DiskRecord& d : list_disk_records(dir(), false)) {
+    total += d.file_bytes;
+    if (d.key.tenant == "alice") alice += d.file_bytes;
+  }
+  EXPECT_LE(alice, 256u << 10);
+  EXPECT_LE(total, 1u << 20);
+  const StoreCounters disk = e->state_counters().at(0).second;
+  EXPECT_GT(disk.share_evictions, 0);
+  EXPECT_EQ(disk.evictions, 0) << "the size cap had to step in";
+  Request cont;
+  cont.session = "bobs";
+  cont.tenant = "bob";
+  cont.max_tokens = 4;
+  const Response b2 = e->run(cont);  // NotFound if alice's writes evicted it
+  EXPECT_TRUE(b2.session_found);
+  // A share of nothing is not a share.
+  o.tenant_shares.bytes["carol"] = 0;
+  EXPECT_THROW(Engine::open(*file_, o), InvalidArgument);
 }
 
 class EngineRedis : public EngineState {
@@ -524,8 +683,9 @@ TEST_F(EngineRedis, ExpiredStateIsGoneFromEveryTier) {
   Request cont;
   cont.session = "brief";
   cont.max_tokens = 2;
-  const Response got = e->run(cont);
-  EXPECT_FALSE(got.session_found) << "an expired session was used";
+  EXPECT_THROW(e->submit(cont), NotFound) << "an expired session was used";
+  cont.prompt_ids = {1, 2, 3};
+  EXPECT_FALSE(e->run(cont).session_found) << "an expired session was used";
   e->drain();
   EXPECT_EQ(e->stats().blocks_restored, 0);
   // On disk, a lookup removes what it finds expired; collection removes the rest.

@@ -24,17 +24,47 @@ const StoreKey kKey{"fp_0123456789abcdef0123456789abcdef", "tenant-a", "session/
 
 class RedisStoreTest : public ::testing::Test {
  protected:
-  std::unique_ptr<StoreTier> open() {
+  std::unique_ptr<StoreTier> open(TenantShares shares = {}) {
     RedisStoreOptions o;
+    o.shares = std::move(shares);
     o.url = server_.url();
     o.retry_after = milliseconds(50);
     o.command_timeout = milliseconds(300);
     o.log = [this](std::string_view line) { log_.emplace_back(line); };
     return open_redis_store(o);
   }
+  // The bytes of a tenant's record values in Redis.
+  int64_t tenant_bytes(const std::string& tenant) const {
+    int64_t total = 0;
+    for (const RedisRecord& r : list_redis_records(server_.url())) {
+      if (r.key.find(":" + redis_tenant_tag(tenant) + ":") != std::string::npos) total += r.bytes;
+    }
+    return total;
+  }
+  // What the usage keys say of it.
+  int64_t counted_bytes(const std::string& tenant) const {
+    for (const auto& [tag, bytes] : redis_tenant_usage(server_.url())) {
+      if (tag == redis_tenant_tag(tenant)) return bytes;
+    }
+    return 0;
+  }
   test::RedisServer server_;
   std::vector<std::string> log_;
 };
+
+std::string noise(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (char& c : s) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+StoreKey key_of(const std::string& tenant, const std::string& name) {
+  return StoreKey{kKey.system_fingerprint, tenant, name};
+}
 
 TEST_F(RedisStoreTest, RoundTripsAndPipelines) {
   auto s = open();
@@ -135,6 +165,76 @@ TEST_F(RedisStoreTest, BadUrlsAreClearErrors) {
     o.url = bad;
     EXPECT_THROW(open_redis_store(o), InvalidArgument) << bad;
   }
+}
+
+// Tenant A's writes past its share remove A's own least recently used
+// records (a read counts as a use), never B's; the usage kept in Redis
+// matches the values there.
+TEST_F(RedisStoreTest, ATenantFillingItsShareEvictsOnlyItsOwnRecords) {
+  auto s = open(TenantShares{{{"a", 200000}}, 0});
+  s->put(key_of("b", "session/b"), noise(30000, 99), milliseconds(0));
+  for (int i = 0; i < 12; ++i) {
+    s->put(key_of("a", "block/" + std::to_string(i)), noise(30000, i), milliseconds(0));
+    if (i >= 1) ASSERT_TRUE(s->get(key_of("a", "block/0")).has_value()) << "A's most used went";
+    EXPECT_LE(tenant_bytes("a"), 200000) << "after write " << i;
+    EXPECT_EQ(counted_bytes("a"), tenant_bytes("a")) << "after write " << i;
+  }
+  EXPECT_EQ(s->get(key_of("b", "session/b")).value_or(""), noise(30000, 99))
+      << "A's writes evicted B's session";
+  EXPECT_FALSE(s->get(key_of("a", "block/1")).has_value()) << "A's least recently used stays";
+  EXPECT_TRUE(s->get(key_of("a", "block/11")).has_value());
+  EXPECT_GT(s->counters().share_evictions, 0);
+  EXPECT_EQ(s->counters().put_errors, 0);
+  // A removal is counted out of the usage too.
+  EXPECT_TRUE(s->remove(key_of("a", "block/11")));
+  EXPECT_EQ(counted_bytes("a"), tenant_bytes("a"));
+  EXPECT_EQ(counted_bytes("b"), tenant_bytes("b"));
+}
+
+TEST_F(RedisStoreTest, AWriteLargerThanTheShareIsRefusedAndCounted) {
+  auto s = open(TenantShares{{}, 50000});  // every tenant's default
+  s->put(key_of("a", "session/small"), "small", milliseconds(0));
+  try {
+    s->put(key_of("a", "block/big"), noise(100000, 1), milliseconds(0));
+    FAIL() << "a record larger than the share was stored";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("share of 50000 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(s->get(key_of("a", "block/big")).has_value());
+  EXPECT_EQ(s->get(key_of("a", "session/small")).value_or(""), "small") << "evicted for nothing";
+  EXPECT_EQ(s->counters().share_refused, 1);
+  EXPECT_EQ(s->counters().put_errors, 1);
+  EXPECT_EQ(s->counters().share_evictions, 0);
+}
+
+// Two engines (two stores, two connections) writing for the same tenant
+// keep it within its share together: the usage lives in Redis.
+TEST_F(RedisStoreTest, StoresSharingOneRedisKeepTheShareTogether) {
+  const TenantShares shares{{{"a", 200000}}, 0};
+  auto s1 = open(shares), s2 = open(shares);
+  for (int i = 0; i < 16; ++i) {
+    StoreTier& s = i % 2 ? *s2 : *s1;
+    s.put(key_of("a", "block/" + std::to_string(i)), noise(30000, i), milliseconds(0));
+    EXPECT_LE(tenant_bytes("a"), 200000) << "after write " << i;
+  }
+  EXPECT_GT(s1->counters().share_evictions + s2->counters().share_evictions, 0);
+}
+
+// Records that expired free their bytes (no live record is evicted for
+// them, and they are not counted as evictions).
+TEST_F(RedisStoreTest, ExpiredRecordsFreeTheirShare) {
+  auto s = open(TenantShares{{{"a", 200000}}, 0});
+  s->put(key_of("a", "session/kept"), noise(30000, 0), milliseconds(0));
+  for (int i = 0; i < 5; ++i) {
+    s->put(key_of("a", "block/short" + std::to_string(i)), noise(30000, i + 1), milliseconds(200));
+  }
+  std::this_thread::sleep_for(milliseconds(400));
+  for (int i = 0; i < 5; ++i) {
+    s->put(key_of("a", "block/" + std::to_string(i)), noise(30000, i + 10), milliseconds(0));
+  }
+  EXPECT_TRUE(s->get(key_of("a", "session/kept")).has_value()) << "evicted for expired records";
+  EXPECT_EQ(s->counters().share_evictions, 0);
+  EXPECT_EQ(counted_bytes("a"), tenant_bytes("a"));
 }
 
 // A hit in Redis is copied to the disk tier with the time it has left (a

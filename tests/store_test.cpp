@@ -52,12 +52,21 @@ void write_bytes(const std::string& path, const std::string& b) {
 
 class DiskStoreTest : public ::testing::Test {
  protected:
-  std::unique_ptr<StoreTier> open(uint64_t max_bytes = 1ull << 30) {
+  std::unique_ptr<StoreTier> open(uint64_t max_bytes = 1ull << 30, TenantShares shares = {}) {
     DiskStoreOptions o;
     o.dir = dir_.path.string() + "/state";
     o.max_bytes = max_bytes;
+    o.shares = std::move(shares);
     o.log = [this](std::string_view line) { log_.emplace_back(line); };
     return open_disk_store(o);
+  }
+  // The bytes of a tenant's record files, as `encore cache` lists them.
+  uint64_t tenant_bytes(const std::string& tenant) const {
+    uint64_t total = 0;
+    for (const DiskRecord& r : list_disk_records(dir(), false)) {
+      if (r.key.tenant == tenant) total += r.file_bytes;
+    }
+    return total;
   }
   std::string dir() const { return dir_.path.string() + "/state"; }
   test::TempDir dir_;
@@ -193,6 +202,100 @@ TEST_F(DiskStoreTest, TheSizeCapRemovesTheLeastRecentlyUsed) {
   EXPECT_GT(s->counters().evictions, 0);
   EXPECT_FALSE(s->get(keys[1]).has_value()) << "the least recently used should be gone";
   EXPECT_TRUE(s->get(keys[11]).has_value());
+}
+
+StoreKey key_of(const std::string& tenant, const std::string& name,
+                const std::string& fp = kKey.system_fingerprint) {
+  return StoreKey{fp, tenant, name};
+}
+
+// Tenant A's writes past its share remove A's own least recently used
+// records (never B's, which is older still), keep A within its share, and
+// are not the size cap's evictions.
+TEST_F(DiskStoreTest, ATenantFillingItsShareEvictsOnlyItsOwnRecords) {
+  auto s = open(1ull << 30, TenantShares{{{"a", 200000}}, 0});
+  s->put(key_of("b", "session/b"), payload_of(30000, 99, false), milliseconds(0));
+  std::this_thread::sleep_for(milliseconds(5));
+  for (int i = 0; i < 12; ++i) {
+    s->put(key_of("a", "block/" + std::to_string(i)), payload_of(30000, i, false), milliseconds(0));
+    std::this_thread::sleep_for(milliseconds(5));
+    if (i >= 1) ASSERT_TRUE(s->get(key_of("a", "block/0")).has_value()) << "A's most used went";
+    EXPECT_LE(tenant_bytes("a"), 200000u) << "after write " << i;
+  }
+  EXPECT_EQ(s->get(key_of("b", "session/b")).value_or(""), payload_of(30000, 99, false))
+      << "A's writes evicted B's session";
+  EXPECT_FALSE(s->get(key_of("a", "block/1")).has_value()) << "A's least recently used stays";
+  EXPECT_TRUE(s->get(key_of("a", "block/11")).has_value());
+  const StoreCounters c = s->counters();
+  EXPECT_GT(c.share_evictions, 0);
+  EXPECT_EQ(c.evictions, 0);
+  EXPECT_EQ(c.put_errors, 0);
+}
+
+// A record larger than the tenant's whole share is refused (a StoreError,
+// counted) and evicts nothing; other tenants are unaffected.
+TEST_F(DiskStoreTest, AWriteLargerThanTheShareIsRefusedAndCounted) {
+  auto s = open(1ull << 30, TenantShares{{{"a", 50000}}, 0});
+  s->put(key_of("a", "session/small"), "small", milliseconds(0));
+  try {
+    s->put(key_of("a", "block/big"), payload_of(100000, 1, false), milliseconds(0));
+    FAIL() << "a record larger than the share was stored";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("share of 50000 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(s->get(key_of("a", "block/big")).has_value());
+  EXPECT_EQ(s->get(key_of("a", "session/small")).value_or(""), "small") << "evicted for nothing";
+  s->put(key_of("b", "block/big"), payload_of(100000, 1, false), milliseconds(0));  // no share
+  EXPECT_TRUE(s->get(key_of("b", "block/big")).has_value());
+  const StoreCounters c = s->counters();
+  EXPECT_EQ(c.share_refused, 1);
+  EXPECT_EQ(c.put_errors, 1);
+  EXPECT_EQ(c.share_evictions, 0);
+}
+
+// The usage is counted from the files at open (a restart, or records of
+// another process) and over every fingerprint: the share holds across them.
+TEST_F(DiskStoreTest, ASharesUsageSurvivesARestartAndSpansFingerprints) {
+  const TenantShares shares{{}, 200000};  // every tenant's default
+  {
+    auto s = open(1ull << 30, shares);
+    for (int i = 0; i < 5; ++i) {
+      s->put(key_of("a", "block/" + std::to_string(i), "fp_old"), payload_of(30000, i, false),
+             milliseconds(0));
+      std::this_thread::sleep_for(milliseconds(2));  // an order of use to go by
+    }
+  }
+  auto s = open(1ull << 30, shares);
+  for (int i = 5; i < 10; ++i) {
+    s->put(key_of("a", "block/" + std::to_string(i)), payload_of(30000, i, false), milliseconds(0));
+    EXPECT_LE(tenant_bytes("a"), 200000u) << "after write " << i;
+  }
+  EXPECT_GT(s->counters().share_evictions, 0);
+  EXPECT_FALSE(s->get(key_of("a", "block/0", "fp_old")).has_value())
+      << "the old model's records of A, least recently used, should go first";
+  EXPECT_TRUE(s->get(key_of("a", "block/9")).has_value());
+}
+
+// Over the size cap, the records of tenants without a share go first: a
+// tenant within its share keeps its records.
+TEST_F(DiskStoreTest, TheSizeCapTakesFromTenantsWithoutAShareFirst) {
+  auto s = open(/*max_bytes=*/250000, TenantShares{{{"a", 100000}}, 0});
+  for (int i = 0; i < 3; ++i) {  // A's, the least recently used of all
+    s->put(key_of("a", "session/" + std::to_string(i)), payload_of(30000, i, false),
+           milliseconds(0));
+  }
+  std::this_thread::sleep_for(milliseconds(5));
+  for (int i = 0; i < 8; ++i) {
+    s->put(key_of("b", "block/" + std::to_string(i)), payload_of(30000, 10 + i, false),
+           milliseconds(0));
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  EXPECT_GT(s->counters().evictions, 0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(s->get(key_of("a", "session/" + std::to_string(i))).has_value())
+        << "the size cap took A's record " << i;
+  }
+  EXPECT_LE(tenant_bytes("a") + tenant_bytes("b"), 250000u);
 }
 
 // A writer killed with SIGKILL at an arbitrary moment leaves the previous

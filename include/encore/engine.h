@@ -68,6 +68,15 @@ struct EngineOptions {
   std::string redis_url;  // redis://host:port[/db]
   uint64_t state_max_bytes = 8ull << 30;   // size cap of the directory
   std::chrono::milliseconds state_ttl{0};  // records expire after this (0: never)
+  // Each tenant's share of each tier (store.h, TenantShares): a tenant with
+  // one keeps its sessions and KV blocks within it (its own least recently
+  // used records go first; a record larger than the share is not stored,
+  // counted as a write error), whatever the other tenants write. Keyed by
+  // Request::tenant; default_bytes applies to every tenant not named (0:
+  // none, bounded only by state_max_bytes, which takes from such tenants
+  // first, and by Redis' own memory limit). For full isolation keep the
+  // shares' sum under state_max_bytes and Redis' maxmemory.
+  TenantShares tenant_shares;
   // One line per remark about persistent state (a record ignored and why, a
   // Redis outage and its end). Called from the scheduler, writer and
   // submitting threads: it must be thread-safe. Default: none.
@@ -186,8 +195,10 @@ class Engine {
 
   // Validates `request` (every field; the prompt must fit the context; the
   // request must fit the KV pool on its own, n samples to max_tokens or the
-  // context each) and queues it. Throws InvalidArgument naming the field, or
-  // ResourceExhausted when it could never fit the KV budget.
+  // context each) and queues it. Throws InvalidArgument naming the field,
+  // ResourceExhausted when it could never fit the KV budget, or NotFound
+  // (error.h; message "session: ...") for a session continued without a
+  // prompt when no usable session is saved under (tenant, session).
   RequestHandle submit(Request request);
   // submit() and wait().
   Response run(Request request);
@@ -205,9 +216,11 @@ class Engine {
   // The tokenizer's ids for `text` (no BOS, special tokens as text).
   std::vector<TokenId> tokenize(std::string_view text) const;
   // A saved session (its request, sample states and, for a chat, the
-  // conversation with the last answer), or nullopt: none, or unusable.
-  // Throws InvalidArgument without state tiers or for a bad id.
-  std::optional<RunState> load_session(const std::string& tenant, const std::string& session);
+  // conversation with the last answer), or nullopt: none, or unusable; then
+  // `absent` (if given) says which, in words (SessionLoad::why). Throws
+  // InvalidArgument without state tiers or for a bad id.
+  std::optional<RunState> load_session(const std::string& tenant, const std::string& session,
+                                       std::string* absent = nullptr);
   // Queues `state` to be written as session (tenant, session).
   void save_session(const std::string& tenant, const std::string& session, const RunState& state);
   // Per state tier (name, counters); empty without state tiers.

@@ -43,4 +43,16 @@ class ResourceExhausted : public Error {
   using Error::Error;
 };
 
+// Something a request needs and names does not exist (the server answers
+// 404). Today: a session continued without a new prompt (Request::session,
+// no prompt, ids or messages) with no usable saved session for the tenant.
+// Like InvalidArgument the message starts with the request field ("session:
+// ") and says why: none saved (never saved, removed, or expired), a record
+// that cannot be used (damaged, unreadable) or one saved by another model,
+// and what to do (send a prompt, which starts the session afresh).
+class NotFound : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace encore

@@ -112,9 +112,12 @@ struct Request {
   // (tenant, session), a request without a prompt continues its generation
   // exactly (as `resume` would), and a text or ids prompt is appended to its
   // conversation (the saved prompt and sample 0's ids), so only the new
-  // tokens are evaluated; messages are rendered whole as always. When the
-  // request ends, the session (ids, sampler states) and its KV blocks are
-  // written out. "" means none; otherwise valid_session_id() must hold.
+  // tokens are evaluated; messages are rendered whole as always. When none
+  // is saved (or it cannot be used), a request with a prompt starts the
+  // session and one without fails at submit with NotFound (error.h). A
+  // saved session whose KV blocks are gone still continues (recomputed).
+  // When the request ends, the session (ids, sampler states) and its KV
+  // blocks are written out. "" means none; otherwise valid_session_id() must hold.
   std::string session;
   // Write this request's KV blocks to the state tiers at the end (a session
   // implies it), so a later resume restores them instead of recomputing.
@@ -156,8 +159,10 @@ struct Response {
   std::vector<SampleResult> samples;  // [n]
   std::vector<SampleState> states;    // [n] after this call: resume from here
   Usage usage;
-  int32_t preemptions = 0;     // times the scheduler freed its KV to make room (recomputed)
-  bool session_found = false;  // Request::session named a saved session that was used
+  int32_t preemptions = 0;  // times the scheduler freed its KV to make room (recomputed)
+  // Request::session named a usable saved session, which this request
+  // continued (false: the session started afresh with this request's prompt).
+  bool session_found = false;
 
   double queue_seconds = 0;     // submission to first forward step
   double prompt_seconds = 0;    // first step to the prompt's logits

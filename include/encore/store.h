@@ -9,8 +9,9 @@
 // XXH3-128 of the payload); a load checks all of it and treats anything that
 // does not match — truncated, bit-flipped, another model, another tenant,
 // another format version, expired — as absent: counted by reason, reported
-// through the log callback, never an error and never wrong state. The caller
-// recomputes.
+// through the log callback (and to the caller, get()'s `rejected`), never an
+// error and never wrong state. The caller recomputes (a KV block) or treats
+// the record as absent (a session).
 //
 // Tiers: a local directory (DiskStore: one file per record, zstd payload,
 // atomic writes, a size cap with least-recently-used collection, TTL) and
@@ -18,6 +19,11 @@
 // is down, slow or flushed only costs misses, counted and logged once per
 // burst, and service resumes by itself). TieredStore looks a record up tier
 // by tier and copies a hit into the tiers above it.
+//
+// Tenants' shares (TenantShares): in each tier, the records of a tenant
+// with a share (sessions and KV blocks, of every system fingerprint) use at
+// most that many bytes; a write that would pass it first removes that
+// tenant's own least recently used records, never another tenant's.
 //
 // Ownership: a tier owns its connection or directory handle. Thread-safety:
 // every method of every tier may be called from any thread (each tier
@@ -27,6 +33,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,7 +81,9 @@ struct StoreCounters {
   int64_t put_errors = 0;
   int64_t get_errors = 0;  // the tier could not be read (I/O error, Redis down)
   int64_t deletes = 0;
-  int64_t evictions = 0;  // removed by the size cap
+  int64_t evictions = 0;        // removed by the size cap
+  int64_t share_evictions = 0;  // removed to keep their tenant within its share
+  int64_t share_refused = 0;    // writes larger than their tenant's whole share (also put_errors)
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
 };
@@ -89,8 +98,10 @@ class StoreTier {
   virtual std::string_view name() const = 0;
   // The record's payload, or nullopt: absent, expired or unusable. With
   // expires_ms, also its expiry (ms since the epoch, 0: never), so a copy
-  // elsewhere can keep the same deadline.
-  virtual std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms = nullptr) = 0;
+  // elsewhere can keep the same deadline. With rejected, also why a record
+  // that was there could not be used (left empty when there was none).
+  virtual std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms = nullptr,
+                                         std::optional<StoreMiss>* rejected = nullptr) = 0;
   // Stores a payload that expires after ttl (0: never). Throws StoreError
   // when it could not be stored (what was stored before stays valid).
   virtual void put(const StoreKey& key, std::string_view payload,
@@ -108,11 +119,35 @@ class StoreTier {
   virtual StoreCounters counters() const = 0;
 };
 
+// Each tenant's share of a tier. A tenant with a share (> 0) keeps its
+// records (all of them: sessions and KV blocks of every system fingerprint,
+// counted by their stored size) within it: a write that would pass it first
+// removes that tenant's own least recently used records (down to 90 % of
+// the share, making room for the new one), never another tenant's; a record
+// larger than the whole share is refused (StoreError, counted in
+// share_refused and put_errors) and removes nothing. A tenant without a
+// share is bounded only by the tier's own cap (disk: max_bytes, which
+// removes the records of tenants without a share first; Redis: its
+// maxmemory policy).
+struct TenantShares {
+  std::map<std::string, uint64_t> bytes;  // tenant -> its share in bytes (> 0)
+  uint64_t default_bytes = 0;             // every other tenant's; 0: none
+  // The share of `tenant` (0: none).
+  uint64_t of(const std::string& tenant) const {
+    const auto it = bytes.find(tenant);
+    return it != bytes.end() ? it->second : default_bytes;
+  }
+};
+
 struct DiskStoreOptions {
   std::string dir;                         // created if missing
   uint64_t max_bytes = 8ull << 30;         // size cap of all records (least recently used go first)
   uint64_t max_record_bytes = 1ull << 30;  // larger records are refused (writes) or rejected
   int zstd_level = 1;
+  // Counted per tenant from the files at open and on every write; several
+  // processes sharing the directory each see the others' records when they
+  // count a tenant afresh (whenever its share looks full).
+  TenantShares shares;
   StoreLog log;
 };
 // $XDG_CACHE_HOME/encore, else $HOME/.cache/encore, else "" (none).
@@ -126,6 +161,13 @@ struct RedisStoreOptions {
   // then reconnects.
   std::chrono::milliseconds retry_after{1000};
   uint64_t max_record_bytes = 512ull << 20;  // Redis' own limit for a string
+  // Usage is kept in Redis, per tenant (keys encore:usage:v1:<tenant
+  // tag>:{bytes,sizes,lru}: the byte count, each record's size, its last
+  // use), updated by Lua scripts run atomically by the server, so several
+  // engines sharing one Redis count and evict correctly (they should give a
+  // tenant the same share). Needs a standalone Redis (not Cluster): a
+  // script touches the tenant's records besides the keys it declares.
+  TenantShares shares;
   StoreLog log;
 };
 
@@ -172,8 +214,12 @@ std::vector<RedisRecord> list_redis_records(const std::string& url);
 std::string redis_tenant_tag(std::string_view tenant);
 // The key's record name (after the tenant part).
 std::string redis_record_name(std::string_view key);
-// Deletes the given keys; returns how many existed. Throws StoreError.
+// Deletes the given keys (and their entries in their tenant's usage);
+// returns how many existed. Throws StoreError.
 int64_t remove_redis_records(const std::string& url, const std::vector<std::string>& keys);
+// Bytes per tenant tag as the usage keys count them (RedisStoreOptions::shares),
+// by tag. Throws StoreError.
+std::vector<std::pair<std::string, int64_t>> redis_tenant_usage(const std::string& url);
 
 // Tiers from fastest to slowest. get() asks each in turn; the caller
 // promotes a hit (copies it into the tiers before the one that had it, with
@@ -190,7 +236,9 @@ class TieredStore {
     size_t tier_index = 0;
     uint64_t expires_ms = 0;  // 0: never
   };
-  std::optional<Hit> get(const StoreKey& key);
+  // With rejected: on a miss, why the last tier that held an unusable
+  // record rejected it (empty: no tier held one).
+  std::optional<Hit> get(const StoreKey& key, std::optional<StoreMiss>* rejected = nullptr);
   // Writes to the tiers before tier_index only; ttl as put().
   void put_above(size_t tier_index, const std::vector<std::pair<StoreKey, std::string>>& items,
                  std::chrono::milliseconds ttl);

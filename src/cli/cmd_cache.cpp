@@ -146,23 +146,45 @@ void stats(const CacheArgs& a) {
     int64_t records = 0, damaged = 0;
     uint64_t bytes = 0;
   };
-  std::map<std::string, Sum> by;  // kind per fingerprint
+  std::map<std::string, Sum> by;             // kind per fingerprint
+  std::map<std::string, Sum> tenants;        // what counts against each tenant's share
+  std::map<std::string, std::string> names;  // Redis tenant tag -> tenant
   for (const DiskRecord& r : list_disk_records(state_dir_of(a), false)) {
+    if (!a.tenant.empty() && r.key.tenant != a.tenant) continue;
     const std::string kind = r.key.name.substr(0, r.key.name.find('/'));
-    Sum& s = by[fmt::format("{} {}", r.key.system_fingerprint.substr(0, 12), kind)];
-    ++s.records;
-    s.damaged += r.problem ? 1 : 0;
-    s.bytes += r.file_bytes;
+    for (Sum* s : {&by[fmt::format("{} {}", r.key.system_fingerprint.substr(0, 12), kind)],
+                   &tenants[r.key.tenant]}) {
+      ++s->records;
+      s->damaged += r.problem ? 1 : 0;
+      s->bytes += r.file_bytes;
+    }
+    names[redis_tenant_tag(r.key.tenant)] = r.key.tenant;
   }
   fmt::print("{:<28} {:>8} {:>8} {:>10}\n", "fingerprint kind", "records", "damaged", "MiB");
   for (const auto& [k, s] : by) {
     fmt::print("{:<28} {:>8} {:>8} {:>10.1f}\n", k, s.records, s.damaged, s.bytes / 1048576.0);
+  }
+  fmt::print("{:<28} {:>8} {:>8} {:>10}\n", "tenant (all fingerprints)", "records", "damaged",
+             "MiB");
+  for (const auto& [t, s] : tenants) {
+    fmt::print("{:<28} {:>8} {:>8} {:>10.1f}\n", t.empty() ? "(default)" : t.substr(0, 28),
+               s.records, s.damaged, s.bytes / 1048576.0);
   }
   if (!a.redis.empty()) {
     const std::vector<RedisRecord> keys = list_redis_records(a.redis);
     int64_t bytes = 0;
     for (const RedisRecord& r : keys) bytes += r.bytes;
     fmt::print("redis {}: {} key(s), {:.1f} MiB\n", a.redis, keys.size(), bytes / 1048576.0);
+    if (!a.tenant.empty()) names[redis_tenant_tag(a.tenant)] = a.tenant;
+    for (const auto& [tag, used] : redis_tenant_usage(a.redis)) {
+      const auto name = names.find(tag);
+      if (!a.tenant.empty() && name == names.end()) continue;
+      fmt::print("redis tenant {}: {:.1f} MiB\n",
+                 name == names.end()    ? "tag " + tag
+                 : name->second.empty() ? std::string("(default)")
+                                        : name->second,
+                 used / 1048576.0);
+    }
   }
 }
 
@@ -205,7 +227,9 @@ void add_cache_command(CLI::App& app) {
   common(s_gc, false);
   s_gc->add_option("--max-mib", args->max_mib, "Size cap in MiB")->check(CLI::Range(0.0, 1e9));
   s_gc->callback([args] { gc(*args); });
-  CLI::App* s_stats = cache->add_subcommand("stats", "Records and bytes per fingerprint and kind");
+  CLI::App* s_stats = cache->add_subcommand(
+      "stats",
+      "Records and bytes per fingerprint and kind, and per tenant (what its share counts)");
   common(s_stats, true);
   s_stats->callback([args] { stats(*args); });
 }

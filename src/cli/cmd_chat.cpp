@@ -56,12 +56,15 @@ void run_chat(const ChatArgs& a) {
 
   std::vector<ChatMessage> messages = fresh_conversation(a);
   if (!a.session.empty()) {
-    const std::optional<RunState> saved = engine->load_session("", a.session);
+    std::string absent;
+    const std::optional<RunState> saved = engine->load_session("", a.session, &absent);
     if (saved && !saved->request.messages.empty()) {
       messages = saved->request.messages;
       fmt::print(stderr, "chat: session {} continued ({} messages)\n", a.session, messages.size());
+    } else if (saved) {
+      fmt::print(stderr, "chat: session {} started (the saved one is not a chat)\n", a.session);
     } else {
-      fmt::print(stderr, "chat: session {} started\n", a.session);
+      fmt::print(stderr, "chat: session {} started ({})\n", a.session, absent);
     }
   }
   if (info.synthetic) fmt::print(stderr, "note: random weights: the answers are noise\n");

@@ -194,6 +194,8 @@ void run_generate(const RunArgs& a) {
     throw InvalidArgument(with_flag_hint(e.what()));
   } catch (const ResourceExhausted& e) {
     throw ResourceExhausted(with_flag_hint(e.what()));
+  } catch (const NotFound& e) {  // --session without a prompt, and none saved
+    throw NotFound(fmt::format("{} (-p / -f)", e.what()));
   }
   if (stream) {
     fmt::print("{}", shown_prompt);

@@ -62,6 +62,19 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups) {
     sub->add_option("--state-ttl", f.state_ttl_s,
                     "Seconds the saved state lives (0: until the size cap removes it)")
         ->check(finite_range(0.0, 1e9));
+    sub->add_option("--state-max-mib", f.state_max_mib,
+                    "Size cap of the state directory in MiB (the least recently used records "
+                    "go first)")
+        ->check(finite_range(1.0, 1e9))
+        ->capture_default_str();
+  }
+  if (groups & kTenantStateFlag) {
+    sub->add_option("--tenant-state-mib", f.tenant_state_mib,
+                    "Each tenant's share of the state directory and of Redis in MiB: its own "
+                    "least recently used sessions and snapshots make room for its writes, never "
+                    "another tenant's (0: no share; an --api-keys line's state_mib=N sets one "
+                    "tenant's)")
+        ->check(finite_range(0.0, 1e9));
   }
 }
 
@@ -85,6 +98,8 @@ EngineOptions engine_options(const std::string& model, const EngineFlags& f, boo
     }
   }
   o.state_ttl = std::chrono::milliseconds(static_cast<int64_t>(f.state_ttl_s * 1000.0));
+  o.state_max_bytes = static_cast<uint64_t>(f.state_max_mib * 1048576.0);
+  o.tenant_shares.default_bytes = static_cast<uint64_t>(f.tenant_state_mib * 1048576.0);
   o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   return o;
 }

@@ -22,6 +22,8 @@ struct EngineFlags {
   std::string state_dir;
   std::string redis;
   double state_ttl_s = 0;
+  double state_max_mib = 8192;
+  double tenant_state_mib = 0;
 };
 
 // Which groups of flags a command has.
@@ -30,7 +32,10 @@ enum EngineFlagGroups : unsigned {
   kContextFlag = 2,   // -c
   kBatchFlag = 4,     // -b/--batch-size/--batch-tokens
   kPrefixFlag = 8,    // --prefix-cache/--no-prefix-cache
-  kStateFlags = 16,   // --state-dir --redis --state-ttl
+  kStateFlags = 16,   // --state-dir --redis --state-ttl --state-max-mib
+  // --tenant-state-mib (for many tenants: `serve`; a key's state_mib=N
+  // overrides it, EngineOptions::tenant_shares)
+  kTenantStateFlag = 32,
 };
 void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups);
 

@@ -88,6 +88,14 @@ void EngineOptions::validate() const {
     throw InvalidArgument(
         fmt::format("state size cap {} bytes must be at least 1 MiB", state_max_bytes));
   }
+  for (const auto& [tenant, bytes] : tenant_shares.bytes) {
+    if (tenant.size() > kMaxTenantBytes || bytes == 0) {
+      throw InvalidArgument(fmt::format(
+          "tenant state share of '{}': {} bytes; a share needs a tenant of at most {} bytes and "
+          "at least one byte (leave a tenant out for the default)",
+          tenant.substr(0, 64), bytes, kMaxTenantBytes));
+    }
+  }
   if (batch_tokens < 1 || batch_tokens > (1 << 20)) {
     throw InvalidArgument(fmt::format("batch tokens {} must be in [1, {}]", batch_tokens, 1 << 20));
   }
@@ -184,12 +192,14 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
       DiskStoreOptions d;
       d.dir = options.state_dir;
       d.max_bytes = options.state_max_bytes;
+      d.shares = options.tenant_shares;
       d.log = options.log;
       tiers.push_back(open_disk_store(d));
     }
     if (!options.redis_url.empty()) {
       RedisStoreOptions r;
       r.url = options.redis_url;
+      r.shares = options.tenant_shares;
       r.log = options.log;
       tiers.push_back(open_redis_store(r));
     }
@@ -343,9 +353,11 @@ Persistence& persistence_of(Engine::Impl& m, const std::string& session) {
 
 }  // namespace
 
-std::optional<RunState> Engine::load_session(const std::string& tenant,
-                                             const std::string& session) {
-  return persistence_of(*impl_, session).load_session(tenant, session, false);
+std::optional<RunState> Engine::load_session(const std::string& tenant, const std::string& session,
+                                             std::string* absent) {
+  SessionLoad l = persistence_of(*impl_, session).load_session(tenant, session, false);
+  if (!l.state && absent) *absent = l.why(session);
+  return std::move(l.state);
 }
 
 void Engine::save_session(const std::string& tenant, const std::string& session,

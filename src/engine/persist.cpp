@@ -185,17 +185,43 @@ void Persistence::promote(const TieredStore::Hit& hit, const StoreKey& key) {
   enqueue(std::move(w));
 }
 
-std::optional<RunState> Persistence::load_session(const std::string& tenant,
-                                                  const std::string& session, bool look_elsewhere) {
+std::string SessionLoad::why(const std::string& id) const {
+  switch (absent) {
+    case Absent::Missing:
+      return fmt::format("no saved session '{}' for this tenant (expired, removed, or never saved)",
+                         id);
+    case Absent::Expired:
+      return fmt::format("the saved session '{}' has expired", id);
+    case Absent::Unusable:
+      return fmt::format("the saved session '{}' cannot be used ({})", id, detail);
+    case Absent::OtherModel:
+      return fmt::format(
+          "the session '{}' was saved by another model, build or KV type (system fingerprint "
+          "{}) and cannot continue on this one",
+          id, detail);
+  }
+  return {};
+}
+
+SessionLoad Persistence::load_session(const std::string& tenant, const std::string& session,
+                                      bool look_elsewhere) {
   const StoreKey k = key(tenant, "session/" + session);
+  SessionLoad out;
   // A record served from the queue may still fail to reach the tiers (then
-  // a later continuation starts afresh, logged and counted as for any loss).
+  // a later continuation finds none, as for any loss).
   std::optional<TieredStore::Hit> hit;
+  std::optional<StoreMiss> rejected;
   std::optional<std::string> queued = pending(k);
   if (queued) {
     hit = TieredStore::Hit{std::move(*queued), "write queue", 0, 0};
   } else {
-    hit = store_->get(k);
+    hit = store_->get(k, &rejected);
+  }
+  if (!hit && rejected) {  // the tier logged it
+    out.absent = *rejected == StoreMiss::Expired ? SessionLoad::Absent::Expired
+                                                 : SessionLoad::Absent::Unusable;
+    out.detail = fmt::format("its record is {}", store_miss_name(*rejected));
+    return out;
   }
   if (!hit && look_elsewhere) {
     // Saved under another model, build or numerics setting: never used.
@@ -205,23 +231,21 @@ std::optional<RunState> Persistence::load_session(const std::string& tenant,
         std::lock_guard<std::mutex> lock(mu_);
         ++c_.session_fallbacks;
       }
-      if (log_) {
-        log_(
-            fmt::format("state: session {} was saved under system fingerprint {} (another "
-                        "model, build or KV type); starting it afresh",
-                        session, others.front()));
-      }
+      out.absent = SessionLoad::Absent::OtherModel;
+      out.detail = others.front();
+      if (log_) log_(fmt::format("state: {}", out.why(session)));
     }
-    return std::nullopt;
+    return out;
   }
-  if (!hit) return std::nullopt;
+  if (!hit) return out;
   try {
     RunState s = parse_run_state(hit->payload, "session " + session);
     if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");
     if (!queued) promote(*hit, k);
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.sessions_loaded;
-    return s;
+    out.state = std::move(s);
+    return out;
   } catch (const InvalidArgument& e) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -229,7 +253,10 @@ std::optional<RunState> Persistence::load_session(const std::string& tenant,
     }
     if (log_)
       log_(fmt::format("state: ignoring session {} from {}: {}", session, hit->tier, e.what()));
-    return std::nullopt;
+    out.absent = SessionLoad::Absent::Unusable;
+    out.detail =
+        fmt::format("its record in {} does not hold a usable session: {}", hit->tier, e.what());
+    return out;
   }
 }
 

@@ -45,6 +45,22 @@ struct PersistCounters {
   int64_t restored_from[2] = {};  // by tier: [0] first (disk), [1] second (Redis)
 };
 
+// What looking a session up found: the session, or why there is none.
+struct SessionLoad {
+  std::optional<RunState> state;  // set: found and usable
+  enum class Absent {
+    Missing,     // no record (never saved, removed, or expired and gone)
+    Expired,     // a record past its time to live
+    Unusable,    // a record that could not be used (damaged, does not parse ...)
+    OtherModel,  // saved under another system fingerprint (model, build, KV type)
+  };
+  Absent absent = Absent::Missing;  // when !state
+  std::string detail;               // Unusable: why; OtherModel: that fingerprint
+  // Why session `id` is absent, in words ("no saved session 'ID' for this
+  // tenant (...)").
+  std::string why(const std::string& id) const;
+};
+
 class Persistence {
  public:
   // Owns the tiers; starts the writer thread.
@@ -62,14 +78,15 @@ class Persistence {
   void capture(const Job& job, int i);
   // Queues the session record of `job` after its blocks.
   void save_session(const std::string& tenant, const std::string& session, const RunState& state);
-  // The session record, or nullopt (none, or unusable: logged, counted).
-  // A record still queued or being written is read from the queue (the
-  // newest one): a continuation sent right after its answer finds it.
-  // look_elsewhere: when there is none, ask the tiers whether another model
-  // left one under that name (logged and counted as a fallback; costs a
-  // directory walk and a Redis SCAN, so only for explicit continuations).
-  std::optional<RunState> load_session(const std::string& tenant, const std::string& session,
-                                       bool look_elsewhere);
+  // The session record, or why there is none (an unusable record is
+  // logged; one that does not parse or was made by another model is counted
+  // as a fallback). A record still queued or being written is read from the
+  // queue (the newest one): a continuation sent right after its answer
+  // finds it. look_elsewhere: when there is none, ask the tiers whether
+  // another model left one under that name (costs a directory walk and a
+  // Redis SCAN, so only for explicit continuations).
+  SessionLoad load_session(const std::string& tenant, const std::string& session,
+                           bool look_elsewhere);
   // Blocks until every queued write is done (or failed).
   void flush();
 

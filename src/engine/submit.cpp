@@ -110,10 +110,12 @@ void validate_counts(const Request& r, int n_vocab) {
 }  // namespace
 
 // A request naming a saved session: without a prompt it becomes that
-// session's continuation (its request and sample states, as a resume); with
-// a text or ids prompt, the prompt is appended to the session's conversation
-// (its prompt and sample 0's ids). Messages are rendered whole as always.
-// found is false when there is no usable saved session (a fresh start).
+// session's continuation (its request and sample states, as a resume), and
+// without a usable saved session it fails (NotFound: there is nothing to
+// continue); with a text or ids prompt, the prompt is appended to the
+// session's conversation (its prompt and sample 0's ids). Messages are
+// rendered whole as always. With a prompt, found is false when there is no
+// usable saved session: the session starts afresh.
 Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   if (!valid_session_id(r.session)) {  // quoted clipped: it may be megabytes of anything
     throw InvalidArgument(fmt::format("session: '{}' is not a session id (one is {})",
@@ -124,9 +126,20 @@ Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
         "session: this engine has no state tiers (give it a state directory or a Redis URL)");
   }
   const bool no_prompt = r.prompt.empty() && r.prompt_ids.empty() && r.messages.empty();
-  std::optional<RunState> saved = persist->load_session(r.tenant, r.session, no_prompt);
+  SessionLoad load = persist->load_session(r.tenant, r.session, no_prompt);
   SessionStart start;
-  if (!saved) return start;
+  if (!load.state) {
+    if (no_prompt) {
+      throw NotFound(fmt::format("session: {}; send a prompt to start it{}", load.why(r.session),
+                                 load.absent == SessionLoad::Absent::Missing ? "" : " afresh"));
+    }
+    if (load.absent != SessionLoad::Absent::Missing && options.log) {
+      options.log(
+          fmt::format("state: {}; starting it afresh with the prompt", load.why(r.session)));
+    }
+    return start;
+  }
+  std::optional<RunState>& saved = load.state;
   start.found = true;
   Request& s = saved->request;
   if (no_prompt) {

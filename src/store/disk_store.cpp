@@ -3,7 +3,15 @@
 // written atomically (a temporary file in the same folder, fsync, rename,
 // fsync of the folder), so a crash or kill at any moment leaves either the
 // previous record or the new one, never a mix. Reads touch the file's mtime:
-// the size cap removes the least recently used records first.
+// the size cap removes the least recently used records first (those of
+// tenants without a share before the others).
+//
+// Tenants' shares: a tenant's records are the files in its folder (the
+// tenant tag) under every fingerprint. Their bytes are counted per tag at
+// open and kept up to date on every write and removal; when a write would
+// pass the tenant's share, its folders are counted afresh (other processes
+// may have written or removed records) and its least recently used files
+// are removed until the new record fits in 90 % of the share.
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,7 +25,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "store/snapshot.h"
 
@@ -27,6 +38,11 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+// collect_disk_garbage(), removing over the cap the records `first` picks
+// (oldest use first) before the others (null: none picked).
+GcResult collect_garbage(const std::string& dir, uint64_t max_bytes, bool verify,
+                         const std::function<bool(const fs::path&)>& first);
 
 // A file descriptor closed however the scope ends.
 struct Fd {
@@ -50,12 +66,14 @@ class DiskStore final : public StoreTier {
       throw StoreError(
           fmt::format("state directory {}: not writable: {}", o_.dir, std::strerror(errno)));
     }
-    total_bytes_ = scan_bytes();
+    for (const auto& [tenant, bytes] : o_.shares.bytes) share_by_tag_[tag_of(tenant)] = bytes;
+    rescan();
   }
 
   std::string_view name() const override { return "disk"; }
 
-  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms) override {
+  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms,
+                                 std::optional<StoreMiss>* rejected) override {
     bump(&StoreCounters::gets);
     if (!store::valid_name(key.name)) return none();
     const std::string path = path_of(key);
@@ -71,7 +89,7 @@ class DiskStore final : public StoreTier {
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     if (size > o_.max_record_bytes + (1u << 16)) {
-      return reject(path, st, StoreMiss::TooLarge, fmt::format("{} bytes", size));
+      return reject(path, key, st, StoreMiss::TooLarge, fmt::format("{} bytes", size), rejected);
     }
     std::string bytes(size, '\0');
     size_t got = 0;
@@ -83,7 +101,7 @@ class DiskStore final : public StoreTier {
     }
     bytes.resize(got);
     store::Decoded d = store::decode_record(bytes, key, store::unix_ms_now(), o_.max_record_bytes);
-    if (!d.payload) return reject(path, st, d.why, d.detail);
+    if (!d.payload) return reject(path, key, st, d.why, d.detail, rejected);
     if (expires_ms) *expires_ms = d.header.expires_ms;
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // most recently used
     {
@@ -108,6 +126,17 @@ class DiskStore final : public StoreTier {
         key, payload, now, ttl.count() > 0 ? now + ttl.count() : 0, o_.zstd_level);
     const std::string path = path_of(key);
     const std::string dir = fs::path(path).parent_path().string();
+    const std::string tag = tag_of(key.tenant);
+    if (const uint64_t share = share_of(tag); share > 0) {
+      if (bytes.size() > share) {
+        bump(&StoreCounters::share_refused);
+        put_error(fmt::format(
+            "disk store: {} ({} bytes stored) is larger than tenant '{}''s whole share of {} "
+            "bytes; not stored",
+            key.name, bytes.size(), key.tenant, share));
+      }
+      make_room(tag, share, path, bytes.size());
+    }
     make_private_dirs(dir);
     // A unique temporary name (mkstemp: O_EXCL, mode 0600): writers in other
     // processes, or leftovers of a killed one, never collide with it.
@@ -150,6 +179,8 @@ class DiskStore final : public StoreTier {
       std::lock_guard<std::mutex> lock(mu_);
       c_.bytes_written += bytes.size();
       total_bytes_ = total_bytes_ - std::min(total_bytes_, old_size) + bytes.size();
+      uint64_t& mine = tenant_bytes_[tag];
+      mine = mine - std::min(mine, old_size) + bytes.size();
       over = total_bytes_ > o_.max_bytes;
     }
     if (over) collect();
@@ -206,22 +237,94 @@ class DiskStore final : public StoreTier {
                        hex64(n.low64));
   }
 
-  uint64_t scan_bytes() const {
+  static std::string tag_of(const std::string& tenant) {
+    return hex64(XXH3_64bits(tenant.data(), tenant.size()));
+  }
+  // The tenant tag of a record file (its folder's name).
+  static std::string tag_of_path(const fs::path& p) { return p.parent_path().filename().string(); }
+  uint64_t share_of(const std::string& tag) const {
+    const auto it = share_by_tag_.find(tag);
+    return it != share_by_tag_.end() ? it->second : o_.shares.default_bytes;
+  }
+
+  // Counts the .snap files afresh: in all and per tenant tag.
+  void rescan() {
     uint64_t total = 0;
+    std::unordered_map<std::string, uint64_t> by_tag;
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(o_.dir, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_regular_file(ec) && it->path().extension() == ".snap") total += it->file_size(ec);
+      if (!it->is_regular_file(ec) || it->path().extension() != ".snap") continue;
+      const uint64_t size = it->file_size(ec);
+      total += size;
+      by_tag[tag_of_path(it->path())] += size;
     }
-    return total;
+    std::lock_guard<std::mutex> lock(mu_);
+    total_bytes_ = total;
+    tenant_bytes_ = std::move(by_tag);
   }
 
   void collect() {
-    const GcResult g = collect_disk_garbage(o_.dir, o_.max_bytes);
-    const uint64_t total = scan_bytes();
+    const GcResult g = collect_garbage(o_.dir, o_.max_bytes, false, [this](const fs::path& p) {
+      return share_of(tag_of_path(p)) == 0;
+    });
+    rescan();
     std::lock_guard<std::mutex> lock(mu_);
-    total_bytes_ = total;
     c_.evictions += g.removed;
+  }
+
+  // Before a write of `incoming` bytes to `path` by the tenant of `tag`:
+  // when its records (as far as this process knows) would pass its share,
+  // counts them afresh and removes its least recently used ones (not `path`,
+  // which the write replaces) until they and the new record fit in 90 % of
+  // the share.
+  void make_room(const std::string& tag, uint64_t share, const std::string& path,
+                 uint64_t incoming) {
+    const std::lock_guard<std::mutex> one_at_a_time(share_mu_);
+    std::error_code ec;
+    struct stat st {};
+    const uint64_t replaced =
+        ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const uint64_t mine = tenant_bytes_[tag];
+      if (mine - std::min(mine, replaced) + incoming <= share) return;
+    }
+    struct File {
+      fs::path path;
+      uint64_t bytes;
+      fs::file_time_type used;
+    };
+    std::vector<File> files;
+    uint64_t others = 0;  // the tenant's bytes but `path`'s
+    for (const auto& fp : fs::directory_iterator(o_.dir, ec)) {
+      std::error_code e2;
+      for (const auto& f : fs::directory_iterator(fp.path() / tag, e2)) {
+        if (!f.is_regular_file(e2) || f.path().extension() != ".snap") continue;
+        File file{f.path(), f.file_size(e2), f.last_write_time(e2)};
+        if (file.path == fs::path(path)) continue;
+        others += file.bytes;
+        files.push_back(std::move(file));
+      }
+    }
+    std::sort(files.begin(), files.end(),
+              [](const File& a, const File& b) { return a.used < b.used; });
+    const uint64_t goal = share - share / 10;
+    int64_t removed = 0;
+    uint64_t freed = 0;
+    if (others + incoming > share) {
+      for (const File& f : files) {
+        if (others + incoming <= goal) break;
+        if (!fs::remove(f.path, ec)) continue;
+        others -= f.bytes;
+        freed += f.bytes;
+        ++removed;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    tenant_bytes_[tag] = others + replaced;
+    total_bytes_ -= std::min(total_bytes_, freed);
+    c_.share_evictions += removed;
   }
 
   bool remove_file(const std::string& path) {
@@ -230,6 +333,8 @@ class DiskStore final : public StoreTier {
     if (!fs::remove(path, ec)) return false;
     std::lock_guard<std::mutex> lock(mu_);
     total_bytes_ -= std::min(total_bytes_, size);
+    uint64_t& mine = tenant_bytes_[tag_of_path(path)];
+    mine -= std::min(mine, size);
     return true;
   }
 
@@ -243,16 +348,18 @@ class DiskStore final : public StoreTier {
   }
   // A record that is there but unusable: counted, told, and removed (a
   // good copy is written again by whoever recomputes it).
-  std::optional<std::string> reject(const std::string& path, const struct stat& read, StoreMiss why,
-                                    const std::string& detail) {
+  std::optional<std::string> reject(const std::string& path, const StoreKey& key,
+                                    const struct stat& read, StoreMiss why,
+                                    const std::string& detail, std::optional<StoreMiss>* rejected) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++c_.misses;
       ++c_.rejected[static_cast<int>(why)];
     }
+    if (rejected) *rejected = why;
     if (o_.log) {
-      o_.log(fmt::format("disk store: ignoring {} ({}: {}); it will be recomputed", path,
-                         store_miss_name(why), detail));
+      o_.log(fmt::format("disk store: ignoring {} ({}: {}: {}); {}", path, key.name,
+                         store_miss_name(why), detail, store::when_rejected(key.name)));
     }
     // Removed unless the file was replaced since it was read (another
     // writer's good record), or belongs to another format version (its build).
@@ -294,6 +401,10 @@ class DiskStore final : public StoreTier {
   mutable std::mutex mu_;
   StoreCounters c_;
   uint64_t total_bytes_ = 0;  // of the .snap files, as far as this process knows
+  // The same per tenant tag (all fingerprints); guarded by mu_.
+  std::unordered_map<std::string, uint64_t> tenant_bytes_;
+  std::unordered_map<std::string, uint64_t> share_by_tag_;  // fixed after construction
+  std::mutex share_mu_;                                     // one make_room() at a time
   std::atomic<uint64_t> tmp_counter_{0};
 };
 
@@ -352,7 +463,10 @@ std::vector<DiskRecord> list_disk_records(const std::string& dir, bool verify) {
   return out;
 }
 
-GcResult collect_disk_garbage(const std::string& dir, uint64_t max_bytes, bool verify) {
+namespace {
+
+GcResult collect_garbage(const std::string& dir, uint64_t max_bytes, bool verify,
+                         const std::function<bool(const fs::path&)>& first) {
   GcResult g;
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
@@ -374,15 +488,30 @@ GcResult collect_disk_garbage(const std::string& dir, uint64_t max_bytes, bool v
   for (const DiskRecord& r : records) total += r.file_bytes;
   const uint64_t target = max_bytes / 10 * 9;
   const bool over = total > max_bytes;
-  for (const DiskRecord& r : records) {  // oldest use first
-    if (!r.problem && !(over && total > target)) continue;
-    if (fs::remove(r.path, ec)) {
-      ++g.removed;
-      g.bytes_freed += r.file_bytes;
-      total -= r.file_bytes;
+  std::vector<bool> gone(records.size(), false);
+  const auto drop = [&](size_t i) {
+    if (!fs::remove(records[i].path, ec)) return;
+    gone[i] = true;
+    ++g.removed;
+    g.bytes_freed += records[i].file_bytes;
+    total -= records[i].file_bytes;
+  };
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (records[i].problem) drop(i);
+  }
+  // Over the cap: oldest use first, those `first` picks before the others.
+  for (int pass = first ? 0 : 1; over && pass < 2; ++pass) {
+    for (size_t i = 0; i < records.size() && total > target; ++i) {
+      if (!gone[i] && (pass == 1 || first(fs::path(records[i].path)))) drop(i);
     }
   }
   return g;
+}
+
+}  // namespace
+
+GcResult collect_disk_garbage(const std::string& dir, uint64_t max_bytes, bool verify) {
+  return collect_garbage(dir, max_bytes, verify, nullptr);
 }
 
 std::unique_ptr<StoreTier> open_disk_store(const DiskStoreOptions& options) {

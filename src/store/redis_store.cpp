@@ -4,6 +4,17 @@
 // is verified the same way (a flushed or overwritten key is a miss, a wrong
 // value is rejected).
 //
+// Tenants' shares: per tenant tag, encore:usage:v1:<tag>:bytes (the bytes of
+// its records), :sizes (a hash: record key -> bytes) and :lru (a sorted set:
+// record key -> last use, µs since the epoch). Writes and removals are Lua scripts (kPut,
+// kRemove) that update records and usage together, atomically, and do the
+// evicting; a hit bumps its record's last use in the same round trip.
+// Entries of records that expired or were removed behind the index's back
+// (another tool) are dropped on each write among the 8 least recently used,
+// and all of them before a write evicts anything (they free their bytes
+// without counting as evictions). The usage keys expire with the
+// longest-lived record of the tenant; FLUSHALL takes them with the records.
+//
 // Failures never reach a request: a command that errs or times out marks the
 // server down; for retry_after every call answers a miss (reads) or a
 // StoreError (writes) at once, then the next call reconnects. Errors are
@@ -14,7 +25,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 
 #include "store/snapshot.h"
@@ -88,22 +101,128 @@ Url parse_url(const std::string& url) {
   return u;
 }
 
+// KEYS: the record, its tenant's :sizes, :lru, :bytes. ARGV: the value, PX
+// ms (0: none), the share (0: none), the eviction goal, now (µs; a write is
+// made the newest use even when clocks or microseconds tie).
+// Returns {records evicted, 1}, or {-1, 0}: larger than the whole share.
+constexpr const char* kPut = R"lua(
+local key, sizes, lru, used_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local value, px, share, goal = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local size = string.len(value)
+if share > 0 and size > share then return {-1, 0} end
+local fresh = redis.call('EXISTS', lru) == 0
+local before = tonumber(redis.call('GET', used_key) or '0')
+local used = before
+local function forget(k)
+  used = used - tonumber(redis.call('HGET', sizes, k) or '0')
+  redis.call('HDEL', sizes, k)
+  redis.call('ZREM', lru, k)
+end
+forget(key)
+for _, k in ipairs(redis.call('ZRANGE', lru, 0, 7)) do
+  if redis.call('EXISTS', k) == 0 then forget(k) end
+end
+local evicted = 0
+if share > 0 and used + size > share then
+  for _, k in ipairs(redis.call('ZRANGE', lru, 0, -1)) do
+    if redis.call('EXISTS', k) == 0 then forget(k) end
+  end
+  while used + size > goal do
+    local oldest = redis.call('ZRANGE', lru, 0, 0)
+    if #oldest == 0 then break end
+    forget(oldest[1])
+    evicted = evicted + redis.call('DEL', oldest[1])
+  end
+end
+if used < 0 or redis.call('ZCARD', lru) == 0 then used = 0 end
+if px > 0 then
+  redis.call('SET', key, value, 'PX', px)
+else
+  redis.call('SET', key, value)
+end
+redis.call('HSET', sizes, key, size)
+local now = tonumber(ARGV[5])
+local newest = redis.call('ZRANGE', lru, -1, -1, 'WITHSCORES')
+if newest[2] and tonumber(newest[2]) >= now then now = tonumber(newest[2]) + 1 end
+redis.call('ZADD', lru, now, key)
+redis.call('INCRBY', used_key, used + size - before)
+if px == 0 then
+  for _, k in ipairs({sizes, lru, used_key}) do redis.call('PERSIST', k) end
+else
+  local t = redis.call('PTTL', used_key)
+  if fresh or (t >= 0 and t < px) then
+    for _, k in ipairs({sizes, lru, used_key}) do redis.call('PEXPIRE', k, px) end
+  end
+end
+return {evicted, 1}
+)lua";
+
+// KEYS: the record, its tenant's :sizes, :lru, :bytes. Returns 1 if the
+// record existed.
+constexpr const char* kRemove = R"lua(
+local n = redis.call('DEL', KEYS[1])
+local s = redis.call('HGET', KEYS[2], KEYS[1])
+if s then
+  redis.call('HDEL', KEYS[2], KEYS[1])
+  redis.call('ZREM', KEYS[3], KEYS[1])
+  redis.call('DECRBY', KEYS[4], s)
+end
+return n
+)lua";
+
+uint64_t unix_us_now() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// The usage keys of a tenant tag: :sizes, :lru, :bytes.
+std::array<std::string, 3> usage_keys(std::string_view tag) {
+  const std::string base = fmt::format("encore:usage:v1:{}:", tag);
+  return {base + "sizes", base + "lru", base + "bytes"};
+}
+
+// The tenant tag of a record key ("encore:v1:<fp>:<tag>:<name>"); "" if none.
+std::string tag_of_key(std::string_view key) {
+  size_t at = 0;
+  for (int colon = 0; colon < 3; ++colon) {
+    at = key.find(':', at);
+    if (at == std::string_view::npos) return {};
+    ++at;
+  }
+  const size_t end = key.find(':', at);
+  return end == std::string_view::npos ? std::string() : std::string(key.substr(at, end - at));
+}
+
 class RedisStore final : public StoreTier {
  public:
   explicit RedisStore(const RedisStoreOptions& o) : o_(o), url_(parse_url(o.url)) {}
 
   std::string_view name() const override { return "redis"; }
 
-  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms) override {
+  std::optional<std::string> get(const StoreKey& key, uint64_t* expires_ms,
+                                 std::optional<StoreMiss>* rejected) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.gets;
     if (!store::valid_name(key.name) || !connected()) return miss();
     const std::string k = redis_key(key);
     const char* argv[] = {"GET", k.c_str()};
     const size_t lens[] = {3, k.size()};
-    Reply r(static_cast<redisReply*>(redisCommandArgv(ctx_.get(), 2, argv, lens)));
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-      failed(r ? r->str : ctx_->errstr, &StoreCounters::get_errors);
+    redisAppendCommandArgv(ctx_.get(), 2, argv, lens);
+    // The same round trip marks it used (XX: only a record the index holds).
+    const std::string lru = usage_keys(redis_tenant_tag(key.tenant))[1];
+    const std::string now = std::to_string(unix_us_now());
+    const char* touch[] = {"ZADD", lru.c_str(), "XX", now.c_str(), k.c_str()};
+    const size_t touch_lens[] = {4, lru.size(), 2, now.size(), k.size()};
+    redisAppendCommandArgv(ctx_.get(), 5, touch, touch_lens);
+    void* raw = nullptr;
+    void* raw_touch = nullptr;
+    const bool got = redisGetReply(ctx_.get(), &raw) == REDIS_OK &&
+                     redisGetReply(ctx_.get(), &raw_touch) == REDIS_OK;
+    Reply r(static_cast<redisReply*>(raw));
+    const Reply touched(static_cast<redisReply*>(raw_touch));
+    if (!got || !r || r->type == REDIS_REPLY_ERROR) {
+      failed(got && r ? r->str : ctx_->errstr, &StoreCounters::get_errors);
       return miss();
     }
     recovered();
@@ -115,9 +234,10 @@ class RedisStore final : public StoreTier {
     if (!d.payload) {
       ++c_.misses;
       ++c_.rejected[static_cast<int>(d.why)];
+      if (rejected) *rejected = d.why;
       if (o_.log) {
-        o_.log(fmt::format("redis store: ignoring {} ({}: {}); it will be recomputed", k,
-                           store_miss_name(d.why), d.detail));
+        o_.log(fmt::format("redis store: ignoring {} ({}: {}); {}", k, store_miss_name(d.why),
+                           d.detail, store::when_rejected(key.name)));
       }
       return std::nullopt;
     }
@@ -149,19 +269,47 @@ class RedisStore final : public StoreTier {
       c_.put_errors += static_cast<int64_t>(valid.size());
       throw StoreError(fmt::format("redis store: {} is unreachable", o_.url));
     }
-    // Pipelined: every SET is sent, then every reply read.
+    // Pipelined: every script call is sent, then every reply read.
     const uint64_t now = store::unix_ms_now();
-    const std::string px = std::to_string(ttl.count());
+    const std::string px = std::to_string(std::max<int64_t>(ttl.count(), 0));
+    const std::string now_text = std::to_string(unix_us_now());
     std::vector<std::string> values;
+    std::vector<uint64_t> shares;
     values.reserve(valid.size());
     for (size_t i : valid) {
       const auto& [key, payload] = items[i];
       values.push_back(
           store::encode_record(key, payload, now, ttl.count() > 0 ? now + ttl.count() : 0, 1));
+      shares.push_back(o_.shares.of(key.tenant));
       const std::string k = redis_key(key);
-      const char* argv[] = {"SET", k.c_str(), values.back().data(), "PX", px.c_str()};
-      const size_t lens[] = {3, k.size(), values.back().size(), 2, px.size()};
-      redisAppendCommandArgv(ctx_.get(), ttl.count() > 0 ? 5 : 3, argv, lens);
+      const auto usage = usage_keys(redis_tenant_tag(key.tenant));
+      const std::string share = std::to_string(shares.back());
+      const std::string goal = std::to_string(shares.back() - shares.back() / 10);
+      const char* argv[] = {"EVAL",
+                            kPut,
+                            "4",
+                            k.c_str(),
+                            usage[0].c_str(),
+                            usage[1].c_str(),
+                            usage[2].c_str(),
+                            values.back().data(),
+                            px.c_str(),
+                            share.c_str(),
+                            goal.c_str(),
+                            now_text.c_str()};
+      const size_t lens[] = {4,
+                             std::strlen(kPut),
+                             1,
+                             k.size(),
+                             usage[0].size(),
+                             usage[1].size(),
+                             usage[2].size(),
+                             values.back().size(),
+                             px.size(),
+                             share.size(),
+                             goal.size(),
+                             now_text.size()};
+      redisAppendCommandArgv(ctx_.get(), 12, argv, lens);
     }
     bool connection_failed = false;
     for (size_t v = 0; v < values.size(); ++v) {
@@ -178,6 +326,23 @@ class RedisStore final : public StoreTier {
         error = r->str;
         continue;
       }
+      const auto& [key, payload] = items[valid[v]];
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+          r->element[0]->type != REDIS_REPLY_INTEGER) {
+        ++c_.put_errors;
+        error = "unexpected reply to the write script";
+        continue;
+      }
+      if (r->element[0]->integer < 0) {
+        ++c_.put_errors;
+        ++c_.share_refused;
+        error = fmt::format(
+            "{} ({} bytes stored) is larger than tenant '{}''s whole share of {} "
+            "bytes; not stored",
+            key.name, values[v].size(), key.tenant, shares[v]);
+        continue;
+      }
+      c_.share_evictions += r->element[0]->integer;
       c_.bytes_written += values[v].size();
     }
     if (connection_failed) failed(error, nullptr);
@@ -190,9 +355,12 @@ class RedisStore final : public StoreTier {
     ++c_.deletes;
     if (!store::valid_name(key.name) || !connected()) return false;
     const std::string k = redis_key(key);
-    const char* argv[] = {"DEL", k.c_str()};
-    const size_t lens[] = {3, k.size()};
-    Reply r(static_cast<redisReply*>(redisCommandArgv(ctx_.get(), 2, argv, lens)));
+    const auto usage = usage_keys(redis_tenant_tag(key.tenant));
+    const char* argv[] = {"EVAL",           kRemove,         "4", k.c_str(), usage[0].c_str(),
+                          usage[1].c_str(), usage[2].c_str()};
+    const size_t lens[] = {
+        4, std::strlen(kRemove), 1, k.size(), usage[0].size(), usage[1].size(), usage[2].size()};
+    Reply r(static_cast<redisReply*>(redisCommandArgv(ctx_.get(), 7, argv, lens)));
     if (!r || r->type == REDIS_REPLY_ERROR) {
       failed(r ? r->str : ctx_->errstr, nullptr);
       return false;
@@ -393,8 +561,33 @@ std::string redis_record_name(std::string_view key) {
 int64_t remove_redis_records(const std::string& url, const std::vector<std::string>& keys) {
   AdminConnection c(url);
   int64_t removed = 0;
-  for (const std::string& k : keys) removed += c.command({"DEL", k})->integer;
+  for (const std::string& k : keys) {  // through the script: the tenant's usage follows
+    const auto usage = usage_keys(tag_of_key(k));
+    removed += c.command({"EVAL", kRemove, "4", k, usage[0], usage[1], usage[2]})->integer;
+  }
   return removed;
+}
+
+std::vector<std::pair<std::string, int64_t>> redis_tenant_usage(const std::string& url) {
+  AdminConnection c(url);
+  std::vector<std::pair<std::string, int64_t>> out;
+  std::string cursor = "0";
+  do {
+    Reply r = c.command({"SCAN", cursor, "MATCH", "encore:usage:v1:*:bytes", "COUNT", "1000"});
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw StoreError("redis: bad SCAN reply");
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    for (size_t i = 0; i < r->element[1]->elements; ++i) {
+      const redisReply* k = r->element[1]->element[i];
+      const std::string key(k->str, k->len);
+      const Reply v = c.command({"GET", key});
+      const std::string tag =
+          key.substr(16, key.size() - 16 - 6);  // between the prefix and ":bytes"
+      out.emplace_back(tag,
+                       v->type == REDIS_REPLY_STRING ? std::stoll(std::string(v->str, v->len)) : 0);
+    }
+  } while (cursor != "0");
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace encore

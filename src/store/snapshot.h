@@ -69,6 +69,14 @@ std::optional<RecordHeader> parse_header(std::string_view bytes, StoreMiss* why,
 // Whether a name may be stored ([A-Za-z0-9_./-], 1..kMaxNameBytes).
 bool valid_name(std::string_view name);
 
+// What becomes of a record a tier rejected, for its log line: a KV block
+// ("block/...") is recomputed; anything else (a session) is treated as
+// absent, and its user decides (a session continued without a prompt fails,
+// one with a prompt starts afresh).
+inline const char* when_rejected(std::string_view name) {
+  return name.rfind("block/", 0) == 0 ? "it will be recomputed" : "treated as absent";
+}
+
 // Milliseconds since the Unix epoch now.
 uint64_t unix_ms_now();
 

@@ -54,11 +54,16 @@ std::string default_state_dir() {
 TieredStore::TieredStore(std::vector<std::unique_ptr<StoreTier>> tiers)
     : tiers_(std::move(tiers)) {}
 
-std::optional<TieredStore::Hit> TieredStore::get(const StoreKey& key) {
+std::optional<TieredStore::Hit> TieredStore::get(const StoreKey& key,
+                                                 std::optional<StoreMiss>* rejected) {
+  if (rejected) rejected->reset();
   for (size_t t = 0; t < tiers_.size(); ++t) {
     uint64_t expires = 0;
-    std::optional<std::string> payload = tiers_[t]->get(key, &expires);
+    std::optional<StoreMiss> why;
+    std::optional<std::string> payload = tiers_[t]->get(key, &expires, &why);
+    if (why && rejected) *rejected = why;
     if (!payload) continue;
+    if (rejected) rejected->reset();
     return Hit{std::move(*payload), std::string(tiers_[t]->name()), t, expires};
   }
   return std::nullopt;
