@@ -20,6 +20,8 @@ encore_add_test(test_cli_serve_hostile SOURCES cli_serve_hostile_test.cpp
                 LIBS PkgConfig::HTTPLIB_TEST LABELS cli TIMEOUT 300)
 # Requests through `encore serve`: unsupported OpenAI fields, an all-banning
 # logit_bias and bad session ids get a 400 naming the field; special-token
-# text from clients is plain text, roles are the template's.
-encore_add_test(test_cli_serve_requests SOURCES cli_serve_api_test.cpp cli_serve_special_test.cpp
+# text from clients is plain text, roles are the template's; sessions: 404 when
+# missing, session_continued, tenant shares of the state tiers.
+encore_add_test(test_cli_serve_requests
+                SOURCES cli_serve_api_test.cpp cli_serve_special_test.cpp cli_serve_session_test.cpp
                 LIBS PkgConfig::HTTPLIB_TEST LABELS cli TIMEOUT 180)

@@ -107,7 +107,7 @@ TEST(HttpReader, BodiesAreCappedWhateverTheFraming) {
 
 TEST(HttpReader, HeadersAreCapped) {
   std::string many = "GET / HTTP/1.1\r\nHost: x\r\n";
-  for (int i = 0; i < 16; ++i) many += "A" + std::to_string(i) + ": v\r\n";
+  for (int i = 0; i < 16; ++i) many.append("A").append(std::to_string(i)).append(": v\r\n");
   Read r = read(many + "\r\n", kLimits);
   EXPECT_EQ(r.failure.status, 431) << "17 fields";
   r = read("GET / HTTP/1.1\r\nHost: x\r\nX: " + std::string(2000, 'v') + "\r\n\r\n", kLimits, 1);

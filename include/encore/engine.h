@@ -174,6 +174,9 @@ class RequestHandle {
   bool done() const;
   // The seed the request runs with (drawn at submission when it had none).
   uint64_t seed() const;
+  // Whether Request::session named a saved session that is continued
+  // (known at submission; Response::session_found).
+  bool session_found() const;
 
  private:
   std::shared_ptr<RequestShared> shared_;

@@ -8,10 +8,11 @@
 // per choice an output_hash.
 //
 // Tenants: with an API-key file (lines `KEY TENANT [max_in_flight=N]
-// [revoked]`), `Authorization: Bearer KEY` is required (401 without or with
+// [state_mib=N] [revoked]`), `Authorization: Bearer KEY` is required (401 without or with
 // an unknown key, 403 for a revoked one), decided from the headers before
 // any body byte is read, and the key's tenant — never a client-supplied
-// field — salts the prefix cache and session keys.
+// field — salts the prefix cache and session keys. A continuation of a
+// session_id with nothing saved is a 404 with code session_not_found.
 //
 // Hostile clients (docs/serving.md, "Limits and hostile clients"): the
 // transport (src/server/http_server.h) bounds connections in all and per
@@ -31,6 +32,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -73,6 +76,9 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   int port() const;
+  // Each tenant's share of the state tiers from the API-key file's
+  // `state_mib=N` (EngineOptions::tenant_shares.bytes); empty without keys.
+  std::map<std::string, uint64_t> tenant_state_shares() const;
   // The engine to serve; until it is set, /health says 503 and requests get
   // 503 too (the model is still loading).
   void set_engine(Engine* engine);

@@ -97,7 +97,9 @@ void run_serve(const ServeArgs& a) {
   std::thread http([&] { server->run(); });
   std::unique_ptr<Engine> engine;
   try {
-    engine = Engine::open(engine_options(a.model, a.engine, false));
+    EngineOptions eo = engine_options(a.model, a.engine, false);
+    eo.tenant_shares.bytes = server->tenant_state_shares();  // the keys' state_mib=N
+    engine = Engine::open(eo);
   } catch (...) {
     server->drain_and_stop(std::chrono::seconds(0));
     http.join();
@@ -130,7 +132,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--api-keys", args->server.api_keys_file,
                   "Require Authorization: Bearer KEY; lines: KEY TENANT [max_in_flight=N] "
-                  "[revoked]")
+                  "[state_mib=N] [revoked]")
       ->type_name("FILE");
   sub->add_option("--max-queue", args->server.max_in_flight,
                   "Requests answered at once; more get 503")
@@ -186,8 +188,9 @@ void add_serve_command(CLI::App& app) {
                   "shutdown, --shutdown-grace bounds it)")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
-  add_engine_flags(sub, args->engine,
-                   kComputeFlags | kContextFlag | kBatchFlag | kPrefixFlag | kStateFlags);
+  add_engine_flags(
+      sub, args->engine,
+      kComputeFlags | kContextFlag | kBatchFlag | kPrefixFlag | kStateFlags | kTenantStateFlag);
   sub->callback([args] { run_serve(*args); });
 }
 

@@ -445,6 +445,7 @@ void RequestHandle::cancel() {
 }
 
 uint64_t RequestHandle::seed() const { return shared_of(shared_).seed; }
+bool RequestHandle::session_found() const { return shared_of(shared_).session_found; }
 
 bool RequestHandle::done() const {
   if (!shared_) return true;

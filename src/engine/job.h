@@ -43,7 +43,8 @@ struct RequestShared {
   bool done = false;         // `response` is final and Done was queued
   Response response;
   bool stream = false;
-  uint64_t seed = 0;  // fixed at submission
+  uint64_t seed = 0;           // fixed at submission
+  bool session_found = false;  // fixed at submission (Response::session_found)
   std::atomic<bool> cancel{false};
 
   // Scheduler side: queue an event (when streaming), or finish.

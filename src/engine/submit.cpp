@@ -336,6 +336,7 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   job->shared = std::make_shared<RequestShared>();
   job->shared->stream = r.stream;
   job->shared->seed = *r.seed;
+  job->shared->session_found = resp.session_found;
   resp.seed = *r.seed;
   resp.prompt_ids = prompt;
   resp.usage.prompt_tokens = p;

@@ -122,6 +122,9 @@ void Server::Impl::complete(Exchange& ex) {
     return answer(server::error_reply(400, err.what(), "invalid_request_error",
                                       api::engine_error_param(err.what()),
                                       "context_length_exceeded"));
+  } catch (const NotFound& err) {  // a continuation with nothing saved to continue
+    return answer(server::error_reply(404, err.what(), "invalid_request_error", "session_id",
+                                      "session_not_found"));
   }
   // Registered for the cancel at shutdown; a request that comes in after it
   // is cancelled at once.
@@ -151,6 +154,8 @@ void Server::Impl::complete(Exchange& ex) {
   a.ctx.system_fingerprint = e->info().system_fingerprint;
   a.ctx.logprobs = request.logprobs;
   a.ctx.engine = e;
+  a.ctx.session = request.session;
+  a.ctx.session_continued = handle->session_found();
   a.stream = stream;
   a.include_usage = include_usage;
   a.n = request.n;

@@ -61,6 +61,10 @@ Json envelope(const ReplyContext& c, uint64_t seed, bool chunk) {
   j["model"] = c.model;
   j["system_fingerprint"] = c.system_fingerprint;
   j["seed"] = seed;
+  if (!c.session.empty()) {
+    j["session_id"] = c.session;
+    j["session_continued"] = c.session_continued;
+  }
   return j;
 }
 

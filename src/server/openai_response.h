@@ -1,6 +1,7 @@
 // OpenAI's response shapes for /v1/completions and /v1/chat/completions:
 // whole bodies and Server-Sent-Event chunks, with Encore's additions
-// (top-level `seed`, per choice `output_hash`, usage's cached tokens).
+// (top-level `seed`, per choice `output_hash`, usage's cached tokens, and
+// for a request with a session `session_id` and `session_continued`).
 //
 // finish_reason: eog and stop -> "stop"; length and context -> "length".
 // Pure functions over plain data; thread-safe.
@@ -24,6 +25,11 @@ struct ReplyContext {
   std::string system_fingerprint;
   int32_t logprobs = -1;           // as in the Request: -1 none, N: N alternatives
   const Engine* engine = nullptr;  // token texts
+  // The request's session_id ("" for none) and whether a saved session was
+  // continued (else the request started it): extension fields of every
+  // answer and chunk of a request with a session.
+  std::string session;
+  bool session_continued = false;
 };
 
 const char* openai_finish_reason(FinishReason r);

@@ -321,6 +321,9 @@ Server::~Server() {
 }
 
 int Server::port() const { return impl_->http->port(); }
+std::map<std::string, uint64_t> Server::tenant_state_shares() const {
+  return server::tenant_state_bytes(impl_->keys);
+}
 void Server::set_engine(Engine* engine) { impl_->engine = engine; }
 void Server::run() { impl_->http->run(); }
 
