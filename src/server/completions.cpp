@@ -263,11 +263,8 @@ Ending Answer::body() {
   }
   const Response& r = handle.wait();
   if (r.status != Response::Status::Ok) {
-    bool stopped = r.status == Response::Status::Cancelled, shutdown = false;
-    {
-      std::lock_guard<std::mutex> lock(m.mu);
-      shutdown = stopped && m.shutting_down;
-    }
+    const bool stopped = r.status == Response::Status::Cancelled;
+    const bool shutdown = stopped && m.shutting_down;
     // At shutdown, each unfinished choice of a stream ends with a reason
     // that says so, before the error that tells why.
     for (size_t i = 0; stream && shutdown && i < count; ++i) {

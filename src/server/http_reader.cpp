@@ -3,9 +3,8 @@
 #include <fmt/format.h>
 
 #include <boost/asio/buffer.hpp>
+#include <boost/beast/http/basic_parser.hpp>
 #include <boost/beast/http/error.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 
 namespace encore::server {
 namespace {
@@ -29,8 +28,54 @@ std::string_view trim_ows(std::string_view s) {
 
 }  // namespace
 
-struct RequestReader::Parser {
-  http::request_parser<http::string_body> p;
+// Beast's parser with our own storage: fields are counted as they are parsed
+// (the limit stops the parse at the first field too many, trailers
+// included, so a head of tiny fields cannot build a large table), the head is
+// kept as plain strings, and the body is not reserved from a declared length.
+class RequestReader::Parser final : public http::basic_parser<true> {
+ public:
+  explicit Parser(size_t max_fields) : max_fields_(max_fields) {}
+  RequestHead head;
+  std::string body;
+  size_t field_bytes = 0;  // what the stored fields hold
+  bool too_many_fields = false;
+
+ private:
+  using sv = boost::beast::string_view;
+  void on_request_impl(http::verb, sv method, sv target, int version,
+                       boost::beast::error_code&) override {
+    head.method.assign(method.data(), method.size());
+    head.target.assign(target.data(), target.size());
+    head.version = version;
+  }
+  void on_response_impl(int, sv, int, boost::beast::error_code&) override {}
+  void on_field_impl(http::field, sv name, sv value, boost::beast::error_code& ec) override {
+    if (++fields_ > max_fields_) {
+      too_many_fields = true;
+      ec = http::error::header_limit;
+      return;
+    }
+    if (head_done_) return;  // a trailer: counted, not kept
+    head.fields.emplace_back(std::string(name.data(), name.size()),
+                             std::string(value.data(), value.size()));
+    field_bytes += name.size() + value.size() + 2 * sizeof(std::string);
+  }
+  void on_header_impl(boost::beast::error_code&) override { head_done_ = true; }
+  void on_body_init_impl(const boost::optional<uint64_t>&, boost::beast::error_code&) override {}
+  size_t on_body_impl(sv data, boost::beast::error_code&) override {
+    body.append(data.data(), data.size());
+    return data.size();
+  }
+  void on_chunk_header_impl(uint64_t, sv, boost::beast::error_code&) override {}
+  size_t on_chunk_body_impl(uint64_t, sv data, boost::beast::error_code&) override {
+    body.append(data.data(), data.size());
+    return data.size();
+  }
+  void on_finish_impl(boost::beast::error_code&) override {}
+
+  size_t max_fields_;
+  size_t fields_ = 0;
+  bool head_done_ = false;
 };
 
 std::string RequestHead::header(std::string_view name) const {
@@ -41,10 +86,12 @@ std::string RequestHead::header(std::string_view name) const {
 }
 
 RequestReader::RequestReader(const HttpLimits& limits, std::string leftover)
-    : parser_(std::make_unique<Parser>()), limits_(limits), pending_(std::move(leftover)) {
-  parser_->p.header_limit(static_cast<uint32_t>(limits_.max_header_bytes));
-  parser_->p.body_limit(static_cast<uint64_t>(limits_.max_body_bytes));
-  parser_->p.eager(false);  // stop after the head: the caller decides before the body
+    : parser_(std::make_unique<Parser>(limits.max_header_fields)),
+      limits_(limits),
+      pending_(std::move(leftover)) {
+  parser_->header_limit(static_cast<uint32_t>(limits_.max_header_bytes));
+  parser_->body_limit(static_cast<uint64_t>(limits_.max_body_bytes));
+  parser_->eager(false);  // stop after the head: the caller decides before the body
   started_ = !pending_.empty();
 }
 
@@ -67,7 +114,7 @@ RequestReader::State RequestReader::fail(int status, std::string message) {
 }
 
 RequestReader::State RequestReader::parse() {
-  auto& p = parser_->p;
+  Parser& p = *parser_;
   size_t off = 0;
   while (state_ == State::NeedMore && off < pending_.size() && !p.is_done()) {
     boost::beast::error_code ec;
@@ -75,6 +122,9 @@ RequestReader::State RequestReader::parse() {
         p.put(boost::asio::buffer(pending_.data() + off, pending_.size() - off), ec);
     off += used;
     if (ec == http::error::need_more) break;
+    if (ec == http::error::header_limit && p.too_many_fields) {
+      return fail(431, fmt::format("more than {} header fields", limits_.max_header_fields));
+    }
     if (ec == http::error::header_limit) {
       return fail(431, fmt::format("the request line and headers exceed {} bytes",
                                    limits_.max_header_bytes));
@@ -105,26 +155,18 @@ RequestReader::State RequestReader::parse() {
 }
 
 RequestReader::State RequestReader::check_head() {
-  const auto& m = parser_->p.get();
-  head_.method = std::string(m.method_string());
-  head_.target = std::string(m.target());
+  head_ = std::move(parser_->head);
   head_.path = head_.target.substr(0, head_.target.find('?'));
-  head_.version = static_cast<int>(m.version());
   if (head_.version != 10 && head_.version != 11) {
     return fail(505, "only HTTP/1.0 and HTTP/1.1 are served");
   }
-  size_t n_fields = 0, n_length = 0, n_encoding = 0, n_host = 0;
-  for (const auto& f : m) {
-    if (++n_fields > limits_.max_header_fields) {
-      return fail(431, fmt::format("more than {} header fields", limits_.max_header_fields));
-    }
-    const std::string_view name(f.name_string().data(), f.name_string().size());
-    const std::string_view value(f.value().data(), f.value().size());
+  size_t n_length = 0, n_encoding = 0, n_host = 0, n_auth = 0;
+  for (const auto& [name, value] : head_.fields) {
     if (iequals(name, "Content-Length")) {
       ++n_length;
       // Beast takes "5, 5" and repeated equal values; a proxy in front may
       // frame the message differently, so only one plain number is taken.
-      if (value.find(',') != std::string_view::npos) {
+      if (value.find(',') != std::string::npos) {
         return fail(400, "Content-Length must be one number");
       }
     } else if (iequals(name, "Transfer-Encoding")) {
@@ -134,24 +176,26 @@ RequestReader::State RequestReader::check_head() {
       }
     } else if (iequals(name, "Host")) {
       ++n_host;
+    } else if (iequals(name, "Authorization")) {
+      ++n_auth;  // a proxy in front might take another one than we would
     } else if (iequals(name, "Expect")) {
       if (!iequals(trim_ows(value), "100-continue")) return fail(417, "only Expect: 100-continue");
-      head_.expect_continue = true;
+      head_.expect_continue = head_.version == 11;  // HTTP/1.0 has no 100 Continue
     }
-    head_.fields.emplace_back(std::string(name), std::string(value));
   }
   if (n_length > 1) return fail(400, "Content-Length is given more than once");
   if (n_encoding > 1) return fail(400, "Transfer-Encoding is given more than once");
+  if (n_auth > 1) return fail(400, "Authorization is given more than once");
   if (n_encoding > 0 && head_.version == 10) {
     return fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request");
   }
   if (n_host > 1 || (n_host == 0 && head_.version == 11)) {
     return fail(400, "an HTTP/1.1 request needs exactly one Host header");
   }
-  head_.keep_alive = parser_->p.keep_alive();
-  head_.chunked = parser_->p.chunked();
-  if (const auto len = parser_->p.content_length()) head_.content_length = *len;
-  parser_->p.eager(true);
+  head_.keep_alive = parser_->keep_alive();
+  head_.chunked = parser_->chunked();
+  if (const auto len = parser_->content_length()) head_.content_length = *len;
+  parser_->eager(true);
   return state_ = State::HeadReady;
 }
 
@@ -162,15 +206,15 @@ void RequestReader::limit_body(size_t max_bytes) {
     return;
   }
   limits_.max_body_bytes = max_bytes;
-  parser_->p.body_limit(static_cast<uint64_t>(max_bytes));
+  parser_->body_limit(static_cast<uint64_t>(max_bytes));
 }
 
-std::string RequestReader::take_body() { return std::move(parser_->p.get().body()); }
+std::string RequestReader::take_body() { return std::move(parser_->body); }
 
 std::string RequestReader::take_leftover() { return std::move(pending_); }
 
 size_t RequestReader::held_bytes() const {
-  return pending_.capacity() + parser_->p.get().body().capacity();
+  return pending_.capacity() + parser_->body.capacity() + parser_->field_bytes;
 }
 
 }  // namespace encore::server

@@ -8,8 +8,8 @@
 // (fuzz/fuzz_http_reader.cpp) drive the same code. On top of Beast it
 // refuses what Beast lets through but a server should not take: duplicate or
 // comma-listed Content-Length, a Transfer-Encoding other than "chunked", a
-// missing or repeated Host on HTTP/1.1, more than max_header_fields fields,
-// versions other than 1.0 and 1.1.
+// missing or repeated Host on HTTP/1.1, a repeated Authorization, more than
+// max_header_fields fields, versions other than 1.0 and 1.1.
 //
 // Use: feed() the bytes as they come. It stops once after the head (state
 // HeadReady) so that the caller can decide from the headers alone (route,
@@ -19,8 +19,10 @@
 // (pipelining); after Failed, the connection must be closed (what follows is
 // not trustworthy).
 //
-// Memory: at most max_header_bytes of unparsed input plus the body (at most
-// the body limit) plus Beast's field table (bounded by the header bytes).
+// Memory: at most max_header_bytes of unparsed input (plus one read) and the
+// fields kept from it (counted as they are parsed: the parse stops at the
+// first field past max_header_fields, trailers included), plus the body (at
+// most the body limit; never reserved from a declared length).
 // Ownership: plain values. Thread-safety: none (one per connection).
 #pragma once
 
@@ -50,7 +52,7 @@ struct RequestHead {
   bool keep_alive = true;
   bool chunked = false;
   std::optional<uint64_t> content_length;
-  bool expect_continue = false;                             // Expect: 100-continue
+  bool expect_continue = false;                             // Expect: 100-continue (HTTP/1.1 only)
   std::vector<std::pair<std::string, std::string>> fields;  // in order, names as sent
 
   // The first value of `name` (case-insensitive); "" when absent.

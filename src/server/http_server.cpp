@@ -14,7 +14,6 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/status.hpp>
-#include <cassert>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -51,12 +50,17 @@ std::string head_bytes(int status, int version, bool keep_alive, std::string_vie
   return out;
 }
 
+// The client address the per-address limits count: IPv4 as it is, IPv6 by
+// its /64 prefix (one host usually holds a whole /64).
 std::string address_of(const tcp::endpoint& e) {
   net::ip::address a = e.address();
   if (a.is_v6() && a.to_v6().is_v4_mapped()) {
     a = net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
   }
-  return a.to_string();
+  if (a.is_v4()) return a.to_string();
+  net::ip::address_v6::bytes_type b = a.to_v6().to_bytes();
+  std::fill(b.begin() + 8, b.end(), 0);
+  return net::ip::address_v6(b).to_string() + "/64";
 }
 
 }  // namespace
@@ -66,9 +70,13 @@ struct HttpServer::Core : std::enable_shared_from_this<Core> {
   HttpHandlers h;
   net::io_context ioc;
   net::executor_work_guard<net::io_context::executor_type> guard{ioc.get_executor()};
-  tcp::acceptor acceptor{ioc};
-  net::steady_timer accept_retry{ioc};
+  // The acceptor and its retry timer live on one strand: accept handlers and
+  // close_all() never touch them at the same time.
+  net::strand<net::io_context::executor_type> accept_strand = net::make_strand(ioc);
+  tcp::acceptor acceptor{accept_strand};
+  net::steady_timer accept_retry{accept_strand};
   int port = 0;
+  std::atomic<int> runners{0};  // threads in ioc.run()
 
   mutable std::mutex mu;
   int open = 0;
@@ -88,11 +96,18 @@ struct HttpServer::Core : std::enable_shared_from_this<Core> {
 
 // One client connection: reads requests one after another (keep-alive,
 // pipelining) and writes their answers. Every handler runs on the
-// connection's strand.
+// connection's strand; a request thread only posts to it.
+//
+// Reads are timed by read_timer_, which cancels the read (the socket stays
+// open for the 408); writes by the stream's own timer, which closes the
+// socket when a write stalls.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<HttpServer::Core> core, tcp::socket s, std::string ip)
-      : core_(std::move(core)), stream_(std::move(s)), ip_(std::move(ip)) {}
+      : core_(std::move(core)),
+        stream_(std::move(s)),
+        read_timer_(stream_.get_executor()),
+        ip_(std::move(ip)) {}
   ~Connection() { core_->release(this, ip_); }
 
   void start() {
@@ -110,11 +125,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         head_bytes(r.status, ex.head().version, keep, r.content_type, r.headers, r.body.size()));
     *bytes += r.body;
     net::post(stream_.get_executor(), [self = shared_from_this(), bytes, keep] {
-      self->send(bytes, keep ? After::Next : After::Close);
+      self->send(bytes, keep ? After::Next : After::Linger);
     });
   }
+  // From a request thread, never the strand (it would wait on itself).
   bool write_blocking(std::string bytes) {
-    assert(!stream_.get_executor().running_in_this_thread());
     auto done = std::make_shared<std::promise<bool>>();
     std::future<bool> ok = done->get_future();
     auto buf = std::make_shared<std::string>(std::move(bytes));
@@ -127,20 +142,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
                          done->set_value(!ec);
                        });
     });
-    return ok.get();
+    // The write's own timer bounds it; the margin covers a strand that never
+    // runs the post (an io_context already stopped): false, never a hang.
+    const auto limit = core_->opt.write_timeout + std::chrono::seconds(5);
+    return ok.wait_for(limit) == std::future_status::ready && ok.get();
   }
   void finish_stream(const Exchange& ex) {
     const bool keep = ex.head().keep_alive && ex.head().version == 11 && !closing_;
     auto bytes = std::make_shared<std::string>(ex.head().version == 11 ? "0\r\n\r\n" : "");
     net::post(stream_.get_executor(), [self = shared_from_this(), bytes, keep] {
-      self->send(bytes, keep ? After::Next : After::Close);
+      self->send(bytes, keep ? After::Next : After::Linger);
     });
   }
   // Marks the connection to be closed after the answer in progress.
   void close_after_answer() { closing_ = true; }
 
  private:
-  enum class After { Next, Close, Linger };
+  enum class After { Next, Linger };
 
   void next_request() {
     if (closed_) return;
@@ -159,15 +177,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
       limit = std::min<Clock::duration>(core_->opt.read_timeout, deadline_ - Clock::now());
       if (limit <= Clock::duration::zero()) return cut_off();
     }
-    stream_.expires_after(limit);
+    stream_.expires_never();  // a write's timer must not close the socket under a read
+    const uint64_t read = ++reads_;
+    read_timed_out_ = false;
+    read_timer_.expires_after(limit);
+    read_timer_.async_wait([self = shared_from_this(), read](beast::error_code ec) {
+      if (ec || read != self->reads_ || self->closed_) return;  // that read is over
+      self->read_timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
     stream_.async_read_some(
         net::buffer(buf_),
         [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_read(ec, n); });
   }
 
   void on_read(beast::error_code ec, size_t n) {
-    if (ec == beast::error::timeout && reader_->started()) return cut_off();
-    if (ec) return close();  // idle timeout, end of stream, reset: nothing to answer
+    ++reads_;  // a timer of this read that fires now does nothing
+    read_timer_.cancel();
+    if (closed_ || !reader_) return close();
+    if (ec == net::error::operation_aborted && read_timed_out_) {
+      if (reader_->started()) return cut_off();
+      return close();  // an idle kept-alive connection
+    }
+    if (ec) return close();  // end of stream, reset: nothing to answer
     if (!reader_->started()) deadline_ = Clock::now() + core_->opt.read_deadline;
     on_state(reader_->feed({buf_.data(), n}));
   }
@@ -178,10 +211,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     fail(408, "the request was not received in time");
   }
 
-  void fail(int status, const std::string& message) {
+  void fail(int status, std::string message) {  // a copy: it may be the reader's
     const std::string path = reader_ && reader_->state() != RequestReader::State::NeedMore
                                  ? reader_->head().path
                                  : std::string();
+    reader_.reset();  // what it holds is not needed for the answer
+    ex_.reset();
     Reply r = core_->h.on_failure(status, message, path);
     auto bytes = std::make_shared<std::string>(
         head_bytes(r.status, 11, false, r.content_type, r.headers, r.body.size()));
@@ -190,6 +225,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void on_state(RequestReader::State s) {
+    if (closed_) return close();
     using State = RequestReader::State;
     switch (s) {
       case State::NeedMore:
@@ -200,14 +236,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return on_head();
       case State::Done: {
         auto ex = std::move(ex_);
+        if (!ex) return close();
         ex->body_ = reader_->take_body();
         leftover_ = reader_->take_leftover();
         reader_.reset();
-        stream_.expires_never();
         try {
           core_->h.on_request(ex);
         } catch (const std::exception& e) {
-          if (ex->phase_ == Exchange::Phase::Open) fail(500, e.what());
+          if (ex->phase_ == Exchange::Phase::Open) {
+            ex->phase_ = Exchange::Phase::Answered;  // its destructor must not close first
+            fail(500, e.what());
+          }
         }
         return;
       }
@@ -222,17 +261,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
       refusal = core_->h.on_head(*ex_);
     } catch (const std::exception& e) {
       ex_->phase_ = Exchange::Phase::Answered;
-      ex_.reset();
       return fail(500, e.what());
     }
     if (refusal) {
       ex_->phase_ = Exchange::Phase::Answered;
-      const RequestHead head = reader_->head();
       ex_.reset();
+      const RequestHead head = reader_->head();
       // The body was not read: the connection cannot go on after it. With
       // no body, what follows the head is the next request.
       const bool keep = head.keep_alive && !head.has_body();
       if (keep) leftover_ = reader_->take_leftover();
+      reader_.reset();
       auto bytes = std::make_shared<std::string>(head_bytes(refusal->status, head.version, keep,
                                                             refusal->content_type, refusal->headers,
                                                             refusal->body.size()));
@@ -242,7 +281,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     reader_->limit_body(ex_->body_limit);
     if (reader_->state() == RequestReader::State::Failed) {
       ex_->phase_ = Exchange::Phase::Answered;
-      ex_.reset();
       return on_state(RequestReader::State::Failed);
     }
     if (reader_->head().expect_continue && reader_->head().has_body()) {
@@ -250,7 +288,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       stream_.expires_after(core_->opt.write_timeout);
       net::async_write(stream_, net::buffer(*cont),
                        [self = shared_from_this(), cont](beast::error_code ec, size_t) {
-                         if (ec) return self->close();
+                         if (ec || self->closed_) return self->close();
                          self->on_state(self->reader_->feed({}));
                        });
       return;
@@ -265,18 +303,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
                      [self = shared_from_this(), bytes, after](beast::error_code ec, size_t) {
                        if (ec) return self->close();
                        if (after == After::Next) return self->next_request();
-                       if (after == After::Linger) return self->linger();
-                       self->close();
+                       self->linger();
                      });
   }
 
   // Stops sending, then reads and drops what the client still sends, until
-  // it closes or kLinger passes.
+  // it closes or kLinger passes: a reset would lose the answer just sent.
   void linger() {
+    if (closed_) return;
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    const auto until = Clock::now() + kLinger;
-    drain(until);
+    drain(Clock::now() + kLinger);
   }
   void drain(Clock::time_point until) {
     if (closed_ || Clock::now() >= until) return close();
@@ -289,9 +326,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void close() {
+    ex_.reset();  // a request cut off before its body ends here
+    reader_.reset();
     if (closed_) return;
     closed_ = true;
-    ex_.reset();  // a request cut off before its body ends here
+    read_timer_.cancel();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
@@ -299,6 +338,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::shared_ptr<HttpServer::Core> core_;
   beast::tcp_stream stream_;
+  net::steady_timer read_timer_;
+  uint64_t reads_ = 0;  // reads started and ended: a timer acts on its own read only
+  bool read_timed_out_ = false;
   std::string ip_;
   std::array<char, 16384> buf_{};
   std::optional<RequestReader> reader_;
@@ -378,14 +420,21 @@ void HttpServer::Core::admit(tcp::socket s) {
   if (ec) return;  // gone already
   const std::string ip = address_of(peer);
   bool shed = false;
+  std::shared_ptr<Connection> c;
   {
+    // Counted and registered in one step, so that close_all() sees every
+    // connection it did not shed.
     std::lock_guard<std::mutex> lock(mu);
-    const int mine = per_ip.count(ip) ? per_ip[ip] : 0;
+    if (closing) return;  // the socket closes with `s`
+    const auto it = per_ip.find(ip);
+    const int mine = it == per_ip.end() ? 0 : it->second;
     shed = open >= opt.max_connections ||
            (opt.max_connections_per_ip > 0 && mine >= opt.max_connections_per_ip);
     if (!shed) {
       ++open;
       ++per_ip[ip];
+      c = std::make_shared<Connection>(shared_from_this(), std::move(s), ip);
+      live.emplace(c.get(), c);
     }
   }
   if (shed) {
@@ -399,11 +448,6 @@ void HttpServer::Core::admit(tcp::socket s) {
     s.shutdown(tcp::socket::shutdown_both, ec);
     s.close(ec);
     return;
-  }
-  auto c = std::make_shared<Connection>(shared_from_this(), std::move(s), ip);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    live.emplace(c.get(), c);
   }
   c->start();
 }
@@ -435,14 +479,26 @@ HttpServer::HttpServer(const HttpServerOptions& options, HttpHandlers handlers)
 HttpServer::~HttpServer() {
   close_all();
   release();
+  // Run what is left (the closes, the cancelled accept) here when no thread
+  // serves any more: pending handlers hold the Core, which would never be
+  // freed otherwise.
+  if (core_->runners.load() == 0) {
+    core_->ioc.restart();
+    core_->ioc.run();
+  }
 }
 
 int HttpServer::port() const { return core_->port; }
 
 void HttpServer::run() {
+  auto serve = [c = core_] {
+    ++c->runners;
+    c->ioc.run();
+    --c->runners;
+  };
   std::vector<std::thread> more;
-  for (int i = 1; i < core_->opt.io_threads; ++i) more.emplace_back([c = core_] { c->ioc.run(); });
-  core_->ioc.run();
+  for (int i = 1; i < core_->opt.io_threads; ++i) more.emplace_back(serve);
+  serve();
   for (std::thread& t : more) t.join();
 }
 
@@ -455,7 +511,10 @@ void HttpServer::close_all() {
       if (auto c = w.lock()) conns.push_back(std::move(c));
     }
   }
-  net::post(core_->ioc, [c = core_] {
+  // A weak reference: a post that never runs must not keep the Core alive.
+  net::post(core_->accept_strand, [w = std::weak_ptr<Core>(core_)] {
+    const std::shared_ptr<Core> c = w.lock();
+    if (!c) return;
     beast::error_code ec;
     c->acceptor.close(ec);
     c->accept_retry.cancel();

@@ -32,7 +32,7 @@ class Metrics {
   void rejected(const std::string& reason);  // "server_busy", "tenant_limit", "unauthorized" ...
   // How an admitted request ended: ok, cancelled, failed, timeout, disconnected.
   // Rejections: "server_busy", "tenant_limit", "unauthorized", "revoked",
-  // "shutting_down", "slow_client", "too_many_connections".
+  // "shutting_down", "slow_client", "too_many_connections", "uploads_per_address".
   void outcome(const std::string& what);
 
   // The whole exposition: these plus the engine's gauges and counters.

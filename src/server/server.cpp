@@ -35,8 +35,9 @@ Reply error_reply(int status, const std::string& message, const std::string& typ
 
 // ---- request threads --------------------------------------------------------
 
-void RequestThreads::spawn(std::function<void()> work) {
+bool RequestThreads::spawn(std::function<void()> work) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return false;
   // Join the threads that have ended (their number stays near those running).
   for (size_t i = 0; i < threads_.size();) {
     if (threads_[i].done->load()) {
@@ -53,12 +54,14 @@ void RequestThreads::spawn(std::function<void()> work) {
                         done->store(true);
                       }),
                       done});
+  return true;
 }
 
 void RequestThreads::join_all() {
   std::vector<Entry> all;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
     all.swap(threads_);
   }
   for (Entry& e : all) e.t.join();
@@ -66,14 +69,29 @@ void RequestThreads::join_all() {
 
 // ---- admission --------------------------------------------------------------
 
+void Server::Impl::Admitted::body_received() {
+  if (!m || address.empty()) return;
+  std::lock_guard<std::mutex> lock(m->mu);
+  if (--m->uploading[address] <= 0) m->uploading.erase(address);
+  address.clear();
+}
+
 Server::Impl::Admitted::~Admitted() {
   if (!m) return;
+  body_received();
   {
     std::lock_guard<std::mutex> lock(m->mu);
     --m->in_flight;
     if (--m->by_tenant[tenant] == 0) m->by_tenant.erase(tenant);
   }
   m->idle.notify_all();
+}
+
+// A quarter of the places in flight (at least one); none without a
+// per-address connection limit (behind a proxy every client shares one).
+int Server::Impl::max_uploads_per_address() const {
+  if (opt.max_connections_per_ip == 0) return opt.max_in_flight;
+  return std::max(1, opt.max_in_flight / 4);
 }
 
 std::string Server::Impl::new_id(bool chat) {
@@ -126,6 +144,18 @@ std::optional<Reply> Server::Impl::admit(Exchange& ex, bool chat) {
       r.headers.emplace_back("Retry-After", "1");
       return refuse(std::move(r));
     }
+    if (ex.head().has_body() && uploading[ex.peer()] >= max_uploads_per_address()) {
+      if (uploading[ex.peer()] == 0) uploading.erase(ex.peer());
+      metrics.rejected("uploads_per_address");
+      Reply r = server::error_reply(
+          503,
+          fmt::format("too many requests from this address are still sending their body "
+                      "(limit {}): try again",
+                      max_uploads_per_address()),
+          "server_error", {}, "server_busy");
+      r.headers.emplace_back("Retry-After", "1");
+      return refuse(std::move(r));
+    }
     int& mine = by_tenant[tenant];
     if (mine >= tenant_limit) {
       if (mine == 0) by_tenant.erase(tenant);
@@ -138,6 +168,10 @@ std::optional<Reply> Server::Impl::admit(Exchange& ex, bool chat) {
     }
     ++mine;
     ++in_flight;
+    if (ex.head().has_body()) {
+      ++uploading[ex.peer()];
+      admitted->address = ex.peer();
+    }
   }
   admitted->m = this;
   admitted->tenant = std::move(tenant);
@@ -189,7 +223,8 @@ std::optional<Reply> Server::Impl::on_head(Exchange& ex) {
 void Server::Impl::on_request(std::shared_ptr<Exchange> ex) {
   const std::string& path = ex->head().path;
   if (is_completions(path)) {
-    workers.spawn([this, ex] {
+    static_cast<Admitted*>(ex->state.get())->body_received();
+    const bool started = workers.spawn([this, ex] {
       try {
         complete(*ex);
       } catch (const std::exception& e) {  // e.g. out of memory: this request only
@@ -197,6 +232,12 @@ void Server::Impl::on_request(std::shared_ptr<Exchange> ex) {
         metrics.request(ex->head().path, 500);
       }
     });
+    if (!started) {  // the server is stopping
+      Reply r = server::error_reply(503, "the server is shutting down", "server_error", {},
+                                    "shutting_down");
+      metrics.request(path, r.status);
+      ex->reply(std::move(r));
+    }
     return;
   }
   Reply r = path == "/health" ? health() : path == "/metrics" ? metrics_page() : models(path);
@@ -334,7 +375,7 @@ void Server::drain_and_stop(std::chrono::seconds grace) {
   if (!m.idle.wait_for(lock, grace, [&] { return m.in_flight == 0; })) {
     // The grace is over: cancel what still runs. Each request ends within
     // a step; its answer says it was cancelled.
-    m.shutting_down = true;
+    m.shutting_down = true;  // under mu: a request submitted after this sees it
     for (auto& [id, handle] : m.running) handle->cancel();
     m.idle.wait_for(lock, std::chrono::seconds(5), [&] { return m.in_flight == 0; });
   }

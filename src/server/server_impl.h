@@ -27,7 +27,9 @@ namespace encore {
 // bounded by admission (ServerOptions::max_in_flight).
 class RequestThreads {
  public:
-  void spawn(std::function<void()> work);
+  // False (and `work` not run) once join_all() has begun.
+  bool spawn(std::function<void()> work);
+  // Takes no new threads from here on, and joins those there are.
   void join_all();
   ~RequestThreads() { join_all(); }
 
@@ -38,6 +40,7 @@ class RequestThreads {
   };
   std::mutex mu_;
   std::vector<Entry> threads_;
+  bool stopped_ = false;
 };
 
 struct Server::Impl {
@@ -55,8 +58,12 @@ struct Server::Impl {
   std::condition_variable idle;
   int in_flight = 0;
   std::unordered_map<std::string, int> by_tenant;
+  // Admitted requests whose body is still arriving, per client address: at
+  // most max_uploads_per_address() each, so that one address trickling
+  // bodies cannot hold every place in flight.
+  std::unordered_map<std::string, int> uploading;
   bool draining = false;
-  bool shutting_down = false;  // the grace is over: what still runs is cancelled
+  std::atomic<bool> shutting_down{false};  // the grace is over: what still runs is cancelled
   // Requests in flight, by number, for the cancel at shutdown.
   std::unordered_map<uint64_t, std::shared_ptr<RequestHandle>> running;
 
@@ -66,9 +73,12 @@ struct Server::Impl {
   struct Admitted {
     Impl* m = nullptr;
     std::string tenant;
+    std::string address;  // the client's, while its body is arriving ("" after)
     bool chat = false;
+    void body_received();  // gives back the place among uploads
     ~Admitted();
   };
+  int max_uploads_per_address() const;
 
   // server.cpp
   server::HttpHandlers handlers();
