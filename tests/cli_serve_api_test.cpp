@@ -25,14 +25,10 @@ class ServeApi : public ::testing::Test {
   void SetUp() override {
     if (!std::ifstream(model_)) GTEST_SKIP() << "no " << model_;
   }
-  // POSTs body; the status and the parsed answer.
   Json post(ServeProcess& s, const std::string& path, const Json& body, int* status) {
-    httplib::Client c = s.client();
-    auto r = c.Post(path, body.dump(), "application/json");
-    EXPECT_TRUE(r) << "no answer from " << path;
-    if (!r) return Json();
-    *status = r->status;
-    return Json::parse(r->body, nullptr, false);
+    const Json j = post_json(s, path, body, status);
+    EXPECT_NE(*status, 0) << "no answer from " << path;
+    return j;
   }
   // Expects a 400 whose OpenAI error names `param` in a short message that
   // contains `says`.

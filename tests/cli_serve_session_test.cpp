@@ -26,14 +26,11 @@ class ServeSession : public ::testing::Test {
     if (!std::ifstream(model_)) GTEST_SKIP() << "no " << model_;
   }
   Json post(ServeProcess& s, const Json& body, int* status, const std::string& key = "") {
-    httplib::Client c = s.client();
     httplib::Headers h;
-    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
-    auto r = c.Post("/v1/completions", h, body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    if (!r) return Json();
-    *status = r->status;
-    return Json::parse(r->body, nullptr, false);
+    if (!key.empty()) h.emplace("Authorization", std::string("Bearer ").append(key));
+    const Json j = post_json(s, "/v1/completions", body, status, h);
+    EXPECT_NE(*status, 0);
+    return j;
   }
   // Continues `session` without a prompt until it is found (its record is
   // written after the answer, by another thread) or 10 s pass: the status.

@@ -24,12 +24,9 @@ class ServeSpecial : public ::testing::Test {
     model_ = path;
   }
   Json post(ServeProcess& s, const std::string& path, const Json& body, int* status) {
-    httplib::Client c = s.client();
-    auto r = c.Post(path, body.dump(), "application/json");
-    EXPECT_TRUE(r) << "no answer from " << path;
-    if (!r) return Json();
-    *status = r->status;
-    return Json::parse(r->body, nullptr, false);
+    const Json j = post_json(s, path, body, status);
+    EXPECT_NE(*status, 0) << "no answer from " << path;
+    return j;
   }
   std::string model_;
 };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,5 +92,17 @@ class ServeProcess {
   int port_;
   pid_t pid_ = -1;
 };
+
+// POSTs a JSON body to `path`: the answer parsed (null when none came or it
+// is not JSON), and its status in *status (0 when none came).
+inline nlohmann::json post_json(const ServeProcess& s, const std::string& path,
+                                const nlohmann::json& body, int* status,
+                                const httplib::Headers& headers = {}) {
+  httplib::Client c = s.client();
+  auto r = c.Post(path, headers, body.dump(), "application/json");
+  *status = r ? r->status : 0;
+  if (!r) return nlohmann::json();
+  return nlohmann::json::parse(r->body, nullptr, false);
+}
 
 }  // namespace encore::test
