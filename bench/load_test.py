@@ -35,9 +35,11 @@ def percentile(values, p):
 
 
 def body(prompt, seed, max_tokens, stream):
-    return json.dumps({"prompt": prompt, "seed": seed, "max_tokens": max_tokens,
-                       "temperature": 0.8, "stream": stream,
-                       "stream_options": {"include_usage": True}})
+    b = {"prompt": prompt, "seed": seed, "max_tokens": max_tokens, "temperature": 0.8,
+         "stream": stream}
+    if stream:  # OpenAI (and encore serve) refuse stream_options without a stream
+        b["stream_options"] = {"include_usage": True}
+    return json.dumps(b)
 
 
 def stream_once(port, prompt, seed, max_tokens, timeout):
