@@ -35,13 +35,33 @@ struct Ending {
 constexpr Ending kOk{200, "ok"}, kTimeout{504, "timeout"}, kGone{499, "disconnected"},
     kShutdown{503, "cancelled"}, kCancelled{500, "cancelled"}, kFailed{500, "failed"};
 
+// How a Response that is not Ok ended (`shutdown`: the server cancelled what
+// still ran at the end of its grace), with what the client is told.
+struct Stopped {
+  Ending ending;
+  std::string message;
+  const char* code;
+};
+Stopped stopped_as(const Response& r, bool shutdown) {
+  if (r.status == Response::Status::Cancelled && shutdown) {
+    return {kShutdown, "the server is shutting down: the request was cancelled", "shutting_down"};
+  }
+  if (r.status == Response::Status::Cancelled) return {kCancelled, "the request was cancelled", ""};
+  return {kFailed, r.error.empty() ? "the request failed" : r.error, ""};
+}
+
+// The counters of an answer given in full.
+void count_answer(server::Metrics& metrics, const Response& r) {
+  metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
+  if (r.usage.generated_tokens > 0) metrics.time_to_first_token(r.ttft_seconds);
+}
+
 // What one request needs while its answer is written.
 struct Answer {
   Server::Impl& m;
   Exchange& ex;
   RequestHandle& handle;
   server::ReplyContext ctx = {};
-  std::string endpoint = {};
   bool stream = false;
   bool include_usage = false;
   int n = 1;
@@ -128,23 +148,21 @@ void Server::Impl::complete(Exchange& ex) {
   }
   // Registered for the cancel at shutdown; a request that comes in after it
   // is cancelled at once.
-  const uint64_t number = ++next_id;
   {
     std::lock_guard<std::mutex> lock(mu);
-    running.emplace(number, handle);
+    running.insert(handle);
     if (shutting_down) handle->cancel();
   }
   struct Unregister {
     Impl& m;
-    uint64_t number;
+    const std::shared_ptr<RequestHandle>& handle;
     ~Unregister() {
       std::lock_guard<std::mutex> lock(m.mu);
-      m.running.erase(number);
+      m.running.erase(handle);
     }
-  } unregister{*this, number};
+  } unregister{*this, handle};
 
   Answer a{*this, ex, *handle};
-  a.endpoint = endpoint;
   a.ctx.chat = chat;
   a.ctx.id = new_id(chat);
   a.ctx.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -170,22 +188,19 @@ void Server::Impl::complete(Exchange& ex) {
     if (handle->done() || Clock::now() >= a.deadline) {
       if (!handle->done()) {
         handle->cancel();
-        metrics.outcome("timeout");
+        metrics.outcome(kTimeout.outcome);
         return answer(
             server::error_reply(504, "the request timed out", "server_error", {}, "timeout"));
       }
       const Response& r = handle->wait();
       if (r.status != Response::Status::Ok) {
-        const bool stopped = r.status == Response::Status::Cancelled;
-        metrics.outcome(stopped ? "cancelled" : "failed");
-        return answer(server::error_reply(stopped && shutting_down ? 503 : 500,
-                                          r.error.empty() ? "the request was cancelled" : r.error,
-                                          "server_error", {},
-                                          stopped && shutting_down ? "shutting_down" : ""));
+        const Stopped st = stopped_as(r, shutting_down);
+        metrics.outcome(st.ending.outcome);
+        return answer(
+            server::error_reply(st.ending.status, st.message, "server_error", {}, st.code));
       }
-      metrics.outcome("ok");
-      metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
-      if (r.usage.generated_tokens > 0) metrics.time_to_first_token(r.ttft_seconds);
+      metrics.outcome(kOk.outcome);
+      count_answer(metrics, r);
       Reply whole;
       whole.body = server::dump(server::reply_json(a.ctx, r));
       return answer(std::move(whole));
@@ -263,25 +278,19 @@ Ending Answer::body() {
   }
   const Response& r = handle.wait();
   if (r.status != Response::Status::Ok) {
-    const bool stopped = r.status == Response::Status::Cancelled;
-    const bool shutdown = stopped && m.shutting_down;
+    const Stopped st = stopped_as(r, m.shutting_down);
     // At shutdown, each unfinished choice of a stream ends with a reason
     // that says so, before the error that tells why.
-    for (size_t i = 0; stream && shutdown && i < count; ++i) {
+    for (size_t i = 0; stream && st.ending.status == kShutdown.status && i < count; ++i) {
       if (finished[i]) continue;
       if (!event(server::finish_chunk(ctx, seed, static_cast<int>(i), "cancelled",
                                       output_hash(ids[i])))) {
         return kGone;
       }
     }
-    const std::string why = shutdown  ? "the server is shutting down: the request was cancelled"
-                            : stopped ? "the request was cancelled"
-                                      : r.error;
-    if (!error(why, shutdown ? "shutting_down" : "")) return kGone;
-    return shutdown ? kShutdown : stopped ? kCancelled : kFailed;
+    return error(st.message, st.code) ? st.ending : kGone;
   }
-  m.metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
-  if (r.usage.generated_tokens > 0) m.metrics.time_to_first_token(r.ttft_seconds);
+  count_answer(m.metrics, r);
   if (stream) {
     if (include_usage && !event(server::usage_chunk(ctx, r))) return kGone;
     if (!write("data: [DONE]\n\n")) return kGone;

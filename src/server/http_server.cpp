@@ -50,6 +50,12 @@ std::string head_bytes(int status, int version, bool keep_alive, std::string_vie
   return out;
 }
 
+// A whole answer: head and body.
+std::string reply_bytes(const Reply& r, int version, bool keep_alive) {
+  return head_bytes(r.status, version, keep_alive, r.content_type, r.headers, r.body.size()) +
+         r.body;
+}
+
 // The client address the per-address limits count: IPv4 as it is, IPv6 by
 // its /64 prefix (one host usually holds a whole /64).
 std::string address_of(const tcp::endpoint& e) {
@@ -79,16 +85,14 @@ struct HttpServer::Core : std::enable_shared_from_this<Core> {
   std::atomic<int> runners{0};  // threads in ioc.run()
 
   mutable std::mutex mu;
-  int open = 0;
   std::unordered_map<std::string, int> per_ip;
-  std::unordered_map<Connection*, std::weak_ptr<Connection>> live;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> live;  // every open connection
   bool closing = false;
 
   void accept();
   void admit(tcp::socket s);
   void release(Connection* c, const std::string& ip) {
     std::lock_guard<std::mutex> lock(mu);
-    --open;
     if (--per_ip[ip] <= 0) per_ip.erase(ip);
     live.erase(c);
   }
@@ -121,9 +125,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Called through an Exchange; see there.
   void reply(const Exchange& ex, Reply r) {
     const bool keep = ex.head().keep_alive && !closing_;
-    auto bytes = std::make_shared<std::string>(
-        head_bytes(r.status, ex.head().version, keep, r.content_type, r.headers, r.body.size()));
-    *bytes += r.body;
+    auto bytes = std::make_shared<std::string>(reply_bytes(r, ex.head().version, keep));
     net::post(stream_.get_executor(), [self = shared_from_this(), bytes, keep] {
       self->send(bytes, keep ? After::Next : After::Linger);
     });
@@ -218,9 +220,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     reader_.reset();  // what it holds is not needed for the answer
     ex_.reset();
     Reply r = core_->h.on_failure(status, message, path);
-    auto bytes = std::make_shared<std::string>(
-        head_bytes(r.status, 11, false, r.content_type, r.headers, r.body.size()));
-    *bytes += r.body;
+    auto bytes = std::make_shared<std::string>(reply_bytes(r, 11, false));
     send(bytes, After::Linger);
   }
 
@@ -272,10 +272,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const bool keep = head.keep_alive && !head.has_body();
       if (keep) leftover_ = reader_->take_leftover();
       reader_.reset();
-      auto bytes = std::make_shared<std::string>(head_bytes(refusal->status, head.version, keep,
-                                                            refusal->content_type, refusal->headers,
-                                                            refusal->body.size()));
-      *bytes += refusal->body;
+      auto bytes = std::make_shared<std::string>(reply_bytes(*refusal, head.version, keep));
       return send(bytes, keep ? After::Next : After::Linger);
     }
     reader_->limit_body(ex_->body_limit);
@@ -428,10 +425,9 @@ void HttpServer::Core::admit(tcp::socket s) {
     if (closing) return;  // the socket closes with `s`
     const auto it = per_ip.find(ip);
     const int mine = it == per_ip.end() ? 0 : it->second;
-    shed = open >= opt.max_connections ||
+    shed = live.size() >= static_cast<size_t>(opt.max_connections) ||
            (opt.max_connections_per_ip > 0 && mine >= opt.max_connections_per_ip);
     if (!shed) {
-      ++open;
       ++per_ip[ip];
       c = std::make_shared<Connection>(shared_from_this(), std::move(s), ip);
       live.emplace(c.get(), c);
@@ -442,9 +438,9 @@ void HttpServer::Core::admit(tcp::socket s) {
     h.on_reject("too_many_connections");
     Reply r = h.on_failure(503, "too many connections: try again later", "");
     r.headers.emplace_back("Retry-After", "1");
-    const std::string bytes = head_bytes(503, 11, false, r.content_type, r.headers, r.body.size());
+    const std::string bytes = reply_bytes(r, 11, false);
     s.non_blocking(true, ec);
-    s.write_some(net::buffer(bytes + r.body), ec);
+    s.write_some(net::buffer(bytes), ec);
     s.shutdown(tcp::socket::shutdown_both, ec);
     s.close(ec);
     return;
@@ -526,7 +522,7 @@ void HttpServer::release() { core_->guard.reset(); }
 
 int HttpServer::open_connections() const {
   std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->open;
+  return static_cast<int>(core_->live.size());
 }
 
 }  // namespace encore::server

@@ -15,7 +15,6 @@ namespace encore {
 using server::Exchange;
 using server::Json;
 using server::Reply;
-using Clock = std::chrono::steady_clock;
 
 namespace server {
 
@@ -132,40 +131,40 @@ std::optional<Reply> Server::Impl::admit(Exchange& ex, bool chat) {
     tenant = it->second.tenant;
     if (it->second.max_in_flight > 0) tenant_limit = it->second.max_in_flight;
   }
+  // Refused for now: counted by reason, told when to try again.
+  auto busy = [&](int status, const std::string& message, const char* type, const char* code,
+                  const char* reason) {
+    metrics.rejected(reason);
+    Reply r = server::error_reply(status, message, type, {}, code);
+    r.headers.emplace_back("Retry-After", "1");
+    return refuse(std::move(r));
+  };
   auto admitted = std::make_shared<Admitted>();
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (draining || in_flight >= opt.max_in_flight) {
-      const char* code = draining ? "shutting_down" : "server_busy";
-      metrics.rejected(code);
-      Reply r = server::error_reply(
-          503, draining ? "the server is shutting down" : "the server is busy: try again",
-          "server_error", {}, code);
-      r.headers.emplace_back("Retry-After", "1");
-      return refuse(std::move(r));
+    if (draining) {
+      return busy(503, "the server is shutting down", "server_error", "shutting_down",
+                  "shutting_down");
     }
-    if (ex.head().has_body() && uploading[ex.peer()] >= max_uploads_per_address()) {
-      if (uploading[ex.peer()] == 0) uploading.erase(ex.peer());
-      metrics.rejected("uploads_per_address");
-      Reply r = server::error_reply(
-          503,
-          fmt::format("too many requests from this address are still sending their body "
-                      "(limit {}): try again",
-                      max_uploads_per_address()),
-          "server_error", {}, "server_busy");
-      r.headers.emplace_back("Retry-After", "1");
-      return refuse(std::move(r));
+    if (in_flight >= opt.max_in_flight) {
+      return busy(503, "the server is busy: try again", "server_error", "server_busy",
+                  "server_busy");
+    }
+    const auto up = uploading.find(ex.peer());
+    if (ex.head().has_body() && up != uploading.end() && up->second >= max_uploads_per_address()) {
+      return busy(503,
+                  fmt::format("too many requests from this address are still sending their body "
+                              "(limit {}): try again",
+                              max_uploads_per_address()),
+                  "server_error", "server_busy", "uploads_per_address");
+    }
+    const auto held = by_tenant.find(tenant);
+    if (held != by_tenant.end() && held->second >= tenant_limit) {
+      return busy(429,
+                  fmt::format("too many requests in flight for this key (limit {})", tenant_limit),
+                  "requests", "rate_limit_exceeded", "tenant_limit");
     }
     int& mine = by_tenant[tenant];
-    if (mine >= tenant_limit) {
-      if (mine == 0) by_tenant.erase(tenant);
-      metrics.rejected("tenant_limit");
-      Reply r = server::error_reply(
-          429, fmt::format("too many requests in flight for this key (limit {})", tenant_limit),
-          "requests", {}, "rate_limit_exceeded");
-      r.headers.emplace_back("Retry-After", "1");
-      return refuse(std::move(r));
-    }
     ++mine;
     ++in_flight;
     if (ex.head().has_body()) {
@@ -355,10 +354,15 @@ std::unique_ptr<Server> Server::create(const ServerOptions& o) {
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Server::~Server() {
-  impl_->http->close_all();
-  impl_->workers.join_all();
-  impl_->http->release();
+Server::~Server() { impl_->stop_http(); }
+
+// Connections still open (idle, slow, or a client that stopped reading) are
+// closed: their writes fail at once, so every request thread ends; then
+// run() returns.
+void Server::Impl::stop_http() {
+  http->close_all();
+  workers.join_all();
+  http->release();
 }
 
 int Server::port() const { return impl_->http->port(); }
@@ -376,15 +380,11 @@ void Server::drain_and_stop(std::chrono::seconds grace) {
     // The grace is over: cancel what still runs. Each request ends within
     // a step; its answer says it was cancelled.
     m.shutting_down = true;  // under mu: a request submitted after this sees it
-    for (auto& [id, handle] : m.running) handle->cancel();
+    for (const auto& handle : m.running) handle->cancel();
     m.idle.wait_for(lock, std::chrono::seconds(5), [&] { return m.in_flight == 0; });
   }
   lock.unlock();
-  // Connections still open (idle, slow, or a client that stopped reading)
-  // are closed: their writes fail at once, so every request thread ends.
-  m.http->close_all();
-  m.workers.join_all();
-  m.http->release();
+  m.stop_http();
 }
 
 }  // namespace encore

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "encore/server.h"
@@ -64,8 +65,8 @@ struct Server::Impl {
   std::unordered_map<std::string, int> uploading;
   bool draining = false;
   std::atomic<bool> shutting_down{false};  // the grace is over: what still runs is cancelled
-  // Requests in flight, by number, for the cancel at shutdown.
-  std::unordered_map<uint64_t, std::shared_ptr<RequestHandle>> running;
+  // Requests submitted to the engine, for the cancel at shutdown.
+  std::unordered_set<std::shared_ptr<RequestHandle>> running;
 
   // A completion request admitted from its headers (server.cpp), kept in
   // Exchange::state until its answer ends: holds its place among those in
@@ -91,6 +92,8 @@ struct Server::Impl {
 
   // completions.cpp: parse, submit, wait and write; on a request thread.
   void complete(server::Exchange& ex);
+
+  void stop_http();  // closes every connection, joins the request threads
 
   std::string new_id(bool chat);
 };
