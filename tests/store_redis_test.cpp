@@ -37,14 +37,14 @@ class RedisStoreTest : public ::testing::Test {
   int64_t tenant_bytes(const std::string& tenant) const {
     int64_t total = 0;
     for (const RedisRecord& r : list_redis_records(server_.url())) {
-      if (r.key.find(":" + redis_tenant_tag(tenant) + ":") != std::string::npos) total += r.bytes;
+      if (r.key.find(":" + tenant_tag(tenant) + ":") != std::string::npos) total += r.bytes;
     }
     return total;
   }
   // What the usage keys say of it.
   int64_t counted_bytes(const std::string& tenant) const {
     for (const auto& [tag, bytes] : redis_tenant_usage(server_.url())) {
-      if (tag == redis_tenant_tag(tenant)) return bytes;
+      if (tag == tenant_tag(tenant)) return bytes;
     }
     return 0;
   }

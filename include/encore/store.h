@@ -210,8 +210,10 @@ struct RedisRecord {
 };
 // Every Encore key of the server (SCAN). Throws StoreError when unreachable.
 std::vector<RedisRecord> list_redis_records(const std::string& url);
-// The tenant part of a Redis key ("encore:v1:<fp>:<this>:<name>").
-std::string redis_tenant_tag(std::string_view tenant);
+// What stands for a tenant in stored records (16 hex digits of its XXH3-64):
+// the folder of the state directory, the tenant part of a Redis key
+// ("encore:v1:<fp>:<this>:<name>"), the unit of the tenants' shares.
+std::string tenant_tag(std::string_view tenant);
 // The key's record name (after the tenant part).
 std::string redis_record_name(std::string_view key);
 // Deletes the given keys (and their entries in their tenant's usage);

@@ -57,7 +57,7 @@ bool selected(const DiskRecord& r, const CacheArgs& a) {
 // The Redis keys rm/ls select: tenant (by its key tag) and name prefix.
 std::vector<RedisRecord> redis_selected(const CacheArgs& a) {
   std::vector<RedisRecord> out;
-  const std::string tag = ":" + redis_tenant_tag(a.tenant) + ":";
+  const std::string tag = ":" + tenant_tag(a.tenant) + ":";
   for (RedisRecord& r : list_redis_records(a.redis)) {
     if (!a.tenant.empty() && r.key.find(tag) == std::string::npos) continue;
     if (!a.all && !a.name.empty() && redis_record_name(r.key).rfind(a.name, 0) != 0) continue;
@@ -158,7 +158,7 @@ void stats(const CacheArgs& a) {
       s->damaged += r.problem ? 1 : 0;
       s->bytes += r.file_bytes;
     }
-    names[redis_tenant_tag(r.key.tenant)] = r.key.tenant;
+    names[tenant_tag(r.key.tenant)] = r.key.tenant;
   }
   fmt::print("{:<28} {:>8} {:>8} {:>10}\n", "fingerprint kind", "records", "damaged", "MiB");
   for (const auto& [k, s] : by) {
@@ -175,7 +175,7 @@ void stats(const CacheArgs& a) {
     int64_t bytes = 0;
     for (const RedisRecord& r : keys) bytes += r.bytes;
     fmt::print("redis {}: {} key(s), {:.1f} MiB\n", a.redis, keys.size(), bytes / 1048576.0);
-    if (!a.tenant.empty()) names[redis_tenant_tag(a.tenant)] = a.tenant;
+    if (!a.tenant.empty()) names[tenant_tag(a.tenant)] = a.tenant;
     for (const auto& [tag, used] : redis_tenant_usage(a.redis)) {
       const auto name = names.find(tag);
       if (!a.tenant.empty() && name == names.end()) continue;

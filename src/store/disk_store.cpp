@@ -66,7 +66,7 @@ class DiskStore final : public StoreTier {
       throw StoreError(
           fmt::format("state directory {}: not writable: {}", o_.dir, std::strerror(errno)));
     }
-    for (const auto& [tenant, bytes] : o_.shares.bytes) share_by_tag_[tag_of(tenant)] = bytes;
+    for (const auto& [tenant, bytes] : o_.shares.bytes) share_by_tag_[tenant_tag(tenant)] = bytes;
     rescan();
   }
 
@@ -126,7 +126,7 @@ class DiskStore final : public StoreTier {
         key, payload, now, ttl.count() > 0 ? now + ttl.count() : 0, o_.zstd_level);
     const std::string path = path_of(key);
     const std::string dir = fs::path(path).parent_path().string();
-    const std::string tag = tag_of(key.tenant);
+    const std::string tag = tenant_tag(key.tenant);
     if (const uint64_t share = share_of(tag); share > 0) {
       if (bytes.size() > share) {
         bump(&StoreCounters::share_refused);
@@ -232,14 +232,10 @@ class DiskStore final : public StoreTier {
     const std::string fp = plain_fp ? key.system_fingerprint
                                     : "h" + hex64(XXH3_64bits(key.system_fingerprint.data(),
                                                               key.system_fingerprint.size()));
-    return fmt::format("{}/{}/{}/{}{}.snap", o_.dir, fp,
-                       hex64(XXH3_64bits(key.tenant.data(), key.tenant.size())), hex64(n.high64),
+    return fmt::format("{}/{}/{}/{}{}.snap", o_.dir, fp, tenant_tag(key.tenant), hex64(n.high64),
                        hex64(n.low64));
   }
 
-  static std::string tag_of(const std::string& tenant) {
-    return hex64(XXH3_64bits(tenant.data(), tenant.size()));
-  }
   // The tenant tag of a record file (its folder's name).
   static std::string tag_of_path(const fs::path& p) { return p.parent_path().filename().string(); }
   uint64_t share_of(const std::string& tag) const {

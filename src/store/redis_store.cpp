@@ -22,12 +22,11 @@
 // success), and the return is told too.
 #include <fmt/format.h>
 #include <hiredis/hiredis.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstring>
+#include <initializer_list>
 #include <mutex>
 
 #include "store/snapshot.h"
@@ -170,6 +169,26 @@ end
 return n
 )lua";
 
+// One command's arguments as hiredis takes them: pointers and lengths, built
+// from views that must outlive the call.
+struct Args {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  Args(std::initializer_list<std::string_view> args) {
+    for (std::string_view a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+  }
+  int argc() const { return static_cast<int>(argv.size()); }
+};
+void append(redisContext* c, Args&& a) {
+  redisAppendCommandArgv(c, a.argc(), a.argv.data(), a.lens.data());
+}
+void* call(redisContext* c, Args&& a) {
+  return redisCommandArgv(c, a.argc(), a.argv.data(), a.lens.data());
+}
+
 uint64_t unix_us_now() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -206,15 +225,11 @@ class RedisStore final : public StoreTier {
     ++c_.gets;
     if (!store::valid_name(key.name) || !connected()) return miss();
     const std::string k = redis_key(key);
-    const char* argv[] = {"GET", k.c_str()};
-    const size_t lens[] = {3, k.size()};
-    redisAppendCommandArgv(ctx_.get(), 2, argv, lens);
+    append(ctx_.get(), {"GET", k});
     // The same round trip marks it used (XX: only a record the index holds).
-    const std::string lru = usage_keys(redis_tenant_tag(key.tenant))[1];
+    const std::string lru = usage_keys(tenant_tag(key.tenant))[1];
     const std::string now = std::to_string(unix_us_now());
-    const char* touch[] = {"ZADD", lru.c_str(), "XX", now.c_str(), k.c_str()};
-    const size_t touch_lens[] = {4, lru.size(), 2, now.size(), k.size()};
-    redisAppendCommandArgv(ctx_.get(), 5, touch, touch_lens);
+    append(ctx_.get(), {"ZADD", lru, "XX", now, k});
     void* raw = nullptr;
     void* raw_touch = nullptr;
     const bool got = redisGetReply(ctx_.get(), &raw) == REDIS_OK &&
@@ -282,34 +297,11 @@ class RedisStore final : public StoreTier {
           store::encode_record(key, payload, now, ttl.count() > 0 ? now + ttl.count() : 0, 1));
       shares.push_back(o_.shares.of(key.tenant));
       const std::string k = redis_key(key);
-      const auto usage = usage_keys(redis_tenant_tag(key.tenant));
+      const auto usage = usage_keys(tenant_tag(key.tenant));
       const std::string share = std::to_string(shares.back());
       const std::string goal = std::to_string(shares.back() - shares.back() / 10);
-      const char* argv[] = {"EVAL",
-                            kPut,
-                            "4",
-                            k.c_str(),
-                            usage[0].c_str(),
-                            usage[1].c_str(),
-                            usage[2].c_str(),
-                            values.back().data(),
-                            px.c_str(),
-                            share.c_str(),
-                            goal.c_str(),
-                            now_text.c_str()};
-      const size_t lens[] = {4,
-                             std::strlen(kPut),
-                             1,
-                             k.size(),
-                             usage[0].size(),
-                             usage[1].size(),
-                             usage[2].size(),
-                             values.back().size(),
-                             px.size(),
-                             share.size(),
-                             goal.size(),
-                             now_text.size()};
-      redisAppendCommandArgv(ctx_.get(), 12, argv, lens);
+      append(ctx_.get(), {"EVAL", kPut, "4", k, usage[0], usage[1], usage[2], values.back(), px,
+                          share, goal, now_text});
     }
     bool connection_failed = false;
     for (size_t v = 0; v < values.size(); ++v) {
@@ -355,12 +347,9 @@ class RedisStore final : public StoreTier {
     ++c_.deletes;
     if (!store::valid_name(key.name) || !connected()) return false;
     const std::string k = redis_key(key);
-    const auto usage = usage_keys(redis_tenant_tag(key.tenant));
-    const char* argv[] = {"EVAL",           kRemove,         "4", k.c_str(), usage[0].c_str(),
-                          usage[1].c_str(), usage[2].c_str()};
-    const size_t lens[] = {
-        4, std::strlen(kRemove), 1, k.size(), usage[0].size(), usage[1].size(), usage[2].size()};
-    Reply r(static_cast<redisReply*>(redisCommandArgv(ctx_.get(), 7, argv, lens)));
+    const auto usage = usage_keys(tenant_tag(key.tenant));
+    Reply r(static_cast<redisReply*>(
+        call(ctx_.get(), {"EVAL", kRemove, "4", k, usage[0], usage[1], usage[2]})));
     if (!r || r->type == REDIS_REPLY_ERROR) {
       failed(r ? r->str : ctx_->errstr, nullptr);
       return false;
@@ -378,8 +367,7 @@ class RedisStore final : public StoreTier {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::string> out;
     if (!store::valid_name(key.name) || !connected()) return out;
-    const std::string pattern = fmt::format(
-        "encore:v1:*:{:016x}:{}", XXH3_64bits(key.tenant.data(), key.tenant.size()), key.name);
+    const std::string pattern = fmt::format("encore:v1:*:{}:{}", tenant_tag(key.tenant), key.name);
     std::string cursor = "0";
     for (int pages = 0; pages < 64; ++pages) {  // bounded: a model change is a rare event
       const char* argv[] = {"SCAN", cursor.c_str(), "MATCH", pattern.c_str(), "COUNT", "1000"};
@@ -406,7 +394,7 @@ class RedisStore final : public StoreTier {
 
  private:
   static std::string redis_key(const StoreKey& key) {
-    return fmt::format("encore:v1:{}:{}:{}", key.system_fingerprint, redis_tenant_tag(key.tenant),
+    return fmt::format("encore:v1:{}:{}:{}", key.system_fingerprint, tenant_tag(key.tenant),
                        key.name);
   }
 
@@ -544,10 +532,6 @@ std::vector<RedisRecord> list_redis_records(const std::string& url) {
 }  // namespace encore
 
 namespace encore {
-
-std::string redis_tenant_tag(std::string_view tenant) {
-  return fmt::format("{:016x}", XXH3_64bits(tenant.data(), tenant.size()));
-}
 
 std::string redis_record_name(std::string_view key) {
   size_t at = std::string_view::npos;

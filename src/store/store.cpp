@@ -3,6 +3,7 @@
 #include "encore/store.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -43,6 +44,10 @@ void StoreTier::put_many(const std::vector<std::pair<StoreKey, std::string>>& it
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+std::string tenant_tag(std::string_view tenant) {
+  return fmt::format("{:016x}", XXH3_64bits(tenant.data(), tenant.size()));
 }
 
 std::string default_state_dir() {
