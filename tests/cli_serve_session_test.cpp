@@ -45,6 +45,19 @@ class ServeSession : public ::testing::Test {
     }
     return status;
   }
+  // Waits until every state record queued for the tiers is written (the
+  // gauge in /metrics reads 0), up to 60 s: whether it did.
+  static bool wait_for_writes(ServeProcess& s) {
+    for (int i = 0; i < 600; ++i) {
+      httplib::Client c = s.client();
+      auto m = c.Get("/metrics");
+      if (m && m->body.find("\nencore_state_write_queue_bytes 0\n") != std::string::npos) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
   const std::string model_ = ENCORE_SHARED_DIR "/models/stories260K.gguf";
 };
 
@@ -107,8 +120,10 @@ TEST_F(ServeSession, ATenantsShareKeepsAnothersSessions) {
            &status, "alice-key-1234");
       ASSERT_EQ(status, 200);
     }
-    // Alice's last session is written (one writer, in order): so are the others.
+    // Every record of Alice's is written (a continuation can be answered from
+    // the write queue, before the directory cap has evicted anything).
     ASSERT_EQ(continue_session(s, name(n - 1), "alice-key-1234"), 200);
+    ASSERT_TRUE(wait_for_writes(s)) << "the state writes never finished";
     Json bob;
     post(s, {{"session_id", "b1"}, {"max_tokens", 2}}, &status, "bob-key-123456");
     if (shares) {

@@ -492,7 +492,7 @@ TEST_F(Serve, MetricsStayValidForPromtool) {
                            "encore_requests_total{endpoint=\"other\",status=\"404\"}",
                            "encore_time_to_first_token_seconds_bucket", "encore_kv_blocks",
                            "encore_prefix_cache_lookups_total", "encore_seeds_drawn_total",
-                           "encore_generated_tokens_total 4"}) {
+                           "encore_state_write_queue_bytes 0", "encore_generated_tokens_total 4"}) {
     EXPECT_NE(m->body.find(name), std::string::npos) << name;
   }
 }

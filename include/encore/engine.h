@@ -139,6 +139,7 @@ struct EngineStats {
   int64_t sessions_loaded = 0;
   int64_t state_fallbacks = 0;
   int64_t state_write_errors = 0;
+  int64_t state_bytes_pending = 0;  // now: records queued for the tiers or being written
   // KV blocks now: referenced by a sequence, cached with no user (evictable),
   // never used or freed without content worth keeping.
   int32_t kv_blocks_total = 0;
@@ -206,12 +207,14 @@ class Engine {
   // submit() and wait().
   Response run(Request request);
 
-  // Blocks until no request is queued or running (and stats() says so).
+  // Blocks until no request is queued or running (and stats() says so) and
+  // what they saved is written to the state tiers.
   // Not to be called while the engine is being destroyed.
   void drain();
 
   const EngineInfo& info() const;
-  // Counters and the pool's state as of the scheduler's last step.
+  // Counters and the pool's state as of the scheduler's last step; the state
+  // tiers' counters as of now. Thread-safe.
   EngineStats stats() const;
   // The text of one token as logprob listings show it (special tokens
   // rendered); "" for an id outside the vocabulary.

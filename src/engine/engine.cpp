@@ -60,6 +60,7 @@ void add_persist_counters(EngineStats& s, const PersistCounters& p) {
   s.sessions_loaded = p.sessions_loaded;
   s.state_fallbacks = p.block_fallbacks + p.session_fallbacks;
   s.state_write_errors = p.write_errors;
+  s.state_bytes_pending = p.bytes_pending;
 }
 
 int default_threads() {
@@ -276,7 +277,6 @@ void Engine::Impl::publish_stats() {
   s.kv_blocks_used = pool->n_used();
   s.kv_blocks_cached = pool->n_evictable();
   s.kv_blocks_free = pool->n_unused();
-  if (persist) add_persist_counters(s, persist->counters());
   std::lock_guard<std::mutex> lock(stats_mu);
   stats = s;
 }
@@ -332,12 +332,7 @@ void Engine::drain() {
     impl_->idle_cv.wait(lock,
                         [&] { return impl_->stop || (impl_->idle && impl_->incoming.empty()); });
   }
-  if (impl_->persist) {  // what the last requests wrote is stored now
-    impl_->persist->flush();
-    const PersistCounters p = impl_->persist->counters();
-    std::lock_guard<std::mutex> lock(impl_->stats_mu);
-    add_persist_counters(impl_->stats, p);
-  }
+  if (impl_->persist) impl_->persist->flush();  // what the last requests wrote is stored now
 }
 
 namespace {
@@ -373,8 +368,15 @@ std::vector<std::pair<std::string, StoreCounters>> Engine::state_counters() cons
 const EngineInfo& Engine::info() const { return impl_->info; }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->stats_mu);
-  return impl_->stats;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->stats_mu);
+    s = impl_->stats;
+  }
+  // The writer thread moves these between steps: read them now, not as of
+  // the last step.
+  if (impl_->persist) add_persist_counters(s, impl_->persist->counters());
+  return s;
 }
 
 std::string Engine::token_text(TokenId id) const {

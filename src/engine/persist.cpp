@@ -340,7 +340,9 @@ void Persistence::flush() {
 
 PersistCounters Persistence::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return c_;
+  PersistCounters c = c_;
+  c.bytes_pending = static_cast<int64_t>(queued_bytes_ + (writing_ ? current_.bytes : 0));
+  return c;
 }
 
 std::vector<std::pair<std::string, StoreCounters>> Persistence::tier_counters() const {

@@ -43,6 +43,7 @@ struct PersistCounters {
   int64_t session_fallbacks = 0;  // a session record that could not be used
   int64_t write_errors = 0;
   int64_t restored_from[2] = {};  // by tier: [0] first (disk), [1] second (Redis)
+  int64_t bytes_pending = 0;      // now: queued or being written (a gauge)
 };
 
 // What looking a session up found: the session, or why there is none.

@@ -145,6 +145,11 @@ std::string Metrics::render(const EngineStats& e,
   }
   out += fmt::format("encore_state_fallbacks_total{{tier=\"engine\",reason=\"mismatch\"}} {}\n",
                      e.state_fallbacks);
+  single("encore_state_write_errors_total", "counter",
+         "State records not written (a tier failed or the write queue was full).",
+         e.state_write_errors);
+  single("encore_state_write_queue_bytes", "gauge",
+         "State records waiting for the tiers or being written.", e.state_bytes_pending);
   header(out, "encore_redis_errors_total", "counter", "Redis reads and writes that failed.");
   int64_t redis_errors = 0;
   for (const auto& [tier, c] : tiers) {
