@@ -25,7 +25,7 @@
 #include "encore/kv_cache.h"
 #include "encore/run_state.h"
 #include "encore/store.h"
-#include "engine/persist.h"
+#include "engine/session/persist.h"
 #include "engine_test_util.h"
 #include "redis_server.h"
 #include "synth_test_util.h"

@@ -1,6 +1,6 @@
 // Stop strings across token boundaries (src/engine/stop_text.h): what is
 // returned, what is held back, the earliest match, flush_shown() and restore().
-#include "engine/stop_text.h"
+#include "engine/output/stop_text.h"
 
 #include <gtest/gtest.h>
 

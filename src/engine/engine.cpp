@@ -208,8 +208,10 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
                                               info.system_fingerprint, *m.pool, options.state_ttl,
                                               options.log);
   }
-  m.scheduler = std::make_unique<Scheduler>(*m.ctx, *m.tokenizer, options.batch_tokens,
+  m.scheduler = std::make_unique<Scheduler>(*m.pool, hp.n_vocab, options.batch_tokens,
                                             options.prefix_cache, m.persist.get());
+  m.runner = std::make_unique<Runner>(*m.ctx);
+  m.output = std::make_unique<OutputProcessor>(*m.tokenizer, n_ctx, m.ctx->isa(), m.persist.get());
   m.publish_stats();
   std::unique_ptr<Engine> engine(new Engine(std::move(impl)));
   m.thread = std::thread([&m] { m.loop(); });  // after: a throw above must not leave it running
@@ -242,9 +244,15 @@ void Engine::Impl::loop() {
       jobs.swap(incoming);
       todo.swap(tasks);
     }
-    for (auto& job : jobs) scheduler->add(std::move(job));
+    for (auto& job : jobs) {
+      if (job->max_tokens == 0 || job->n_active() == 0) {
+        output->finish_at_once(*job);  // nothing to generate
+      } else {
+        scheduler->add(std::move(job));
+      }
+    }
     if (stopping) {
-      scheduler->cancel_all();
+      end_all(Response::Status::Cancelled, {});
       for (auto& task : todo) task(true);
       publish_stats();
       idle_cv.notify_all();
@@ -252,12 +260,11 @@ void Engine::Impl::loop() {
     }
     for (auto& task : todo) task(false);
     try {
-      scheduler->iterate();
+      step();
     } catch (const std::exception& e) {
       // A bug or out of memory outside any one request's step: end every
       // request with the error rather than the process.
-      scheduler->end_all(Response::Status::Failed,
-                         fmt::format("the engine's scheduler failed: {}", e.what()));
+      end_all(Response::Status::Failed, fmt::format("the engine's scheduler failed: {}", e.what()));
     }
     publish_stats();
     {
@@ -268,8 +275,39 @@ void Engine::Impl::loop() {
   }
 }
 
+void Engine::Impl::step() {
+  const StepPlan& plan = scheduler->schedule();
+  KvReleases releases;
+  output->end(plan, releases);
+  if (!plan.empty()) {
+    bool ran = true;
+    try {
+      runner->execute(plan);
+    } catch (const std::exception& e) {
+      // The requests of this step end with the error; the others go on.
+      output->fail(plan, fmt::format("forward step failed: {}", e.what()), releases);
+      ran = false;
+    }
+    if (ran) {
+      scheduler->after_step(plan);
+      output->process(plan, releases);
+    }
+  }
+  scheduler->update(releases);
+}
+
+void Engine::Impl::end_all(Response::Status status, const std::string& error) {
+  KvReleases none;  // take_all freed the KV
+  for (const auto& job : scheduler->take_all()) output->complete(*job, status, error, none);
+}
+
 void Engine::Impl::publish_stats() {
   EngineStats s = scheduler->counters();
+  const EngineStats& o = output->counters();
+  s.tokens_generated = o.tokens_generated;
+  s.requests_finished = o.requests_finished;
+  s.requests_cancelled = o.requests_cancelled;
+  s.requests_failed = o.requests_failed;
   s.requests_submitted = submitted.load();
   s.seeds_drawn = seeds_drawn.load();
   s.prefix_evictions = pool->evictions();

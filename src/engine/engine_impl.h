@@ -22,8 +22,10 @@
 #include "encore/model.h"
 #include "encore/thread_pool.h"
 #include "encore/tokenizer.h"
-#include "engine/persist.h"
-#include "engine/scheduler.h"
+#include "engine/execute/runner.h"
+#include "engine/output/output.h"
+#include "engine/schedule/scheduler.h"
+#include "engine/session/persist.h"
 
 namespace encore {
 
@@ -36,7 +38,10 @@ struct Engine::Impl {
   std::unique_ptr<KvBlockPool> pool;
   std::unique_ptr<ForwardContext> ctx;
   std::unique_ptr<Persistence> persist;  // state tiers; null without them
+  // The step's three stages (step_plan.h).
   std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<Runner> runner;
+  std::unique_ptr<OutputProcessor> output;
   EngineInfo info;
   std::optional<std::string> chat_template_text;  // tokenizer.chat_template
   uint64_t max_token_bytes = 1;                   // the longest token text (bounds prompts)
@@ -56,6 +61,10 @@ struct Engine::Impl {
   std::thread thread;
 
   void loop();
+  // One step: plan, execute, output, update (scheduler thread).
+  void step();
+  // Ends every job with `status` (shutdown, or a failure of the step itself).
+  void end_all(Response::Status status, const std::string& error);
   void publish_stats();
   // Validates and tokenizes a request into a Job (caller's thread).
   std::unique_ptr<Job> make_job(Request r);

@@ -81,18 +81,6 @@ TokenId Job::token_at(const SampleRun& s, int64_t pos) const {
   return pos < p ? prompt[static_cast<size_t>(pos)] : s.state.ids[static_cast<size_t>(pos - p)];
 }
 
-void emit_token(Job& job, int i, TokenId id, std::string text,
-                const std::optional<LogprobEntry>& lp) {
-  if (!job.shared->stream) return;
-  Event e;
-  e.kind = Event::Kind::Token;
-  e.sample = i;
-  e.id = id;
-  e.text = std::move(text);
-  e.logprob = lp;
-  job.shared->push(std::move(e));
-}
-
 void restore_sample(SampleRun& s, const SampleState& st, int i, const std::vector<TokenId>& prompt,
                     int n_vocab) {
   const auto fail = [&](const std::string& what) {

@@ -1,6 +1,8 @@
 // One request inside the engine: what the caller's handle shares with the
-// scheduler (RequestShared), and the request's runtime state (Job): its
-// samples with their samplers, text state and KV sequences.
+// engine (RequestShared), and the request's runtime state (Job): its
+// samples with their samplers, text state and KV sequences. The three stages
+// of a step (step_plan.h) work on Jobs: the scheduler on their KV and phase,
+// the output stage on their samplers, text and Response.
 //
 // A sample's tokens are the prompt ids followed by its generated ids; its KV
 // sequence has evaluated the first seq.n_tokens of them. Whatever happened
@@ -29,7 +31,7 @@
 #include "encore/request.h"
 #include "encore/sampler.h"
 #include "encore/tokenizer.h"
-#include "engine/stop_text.h"
+#include "engine/output/stop_text.h"
 
 namespace encore {
 
@@ -112,10 +114,6 @@ struct Job {
     return static_cast<int64_t>(prompt.size() + s.state.ids.size());
   }
 };
-
-// Queues a token / finish event for sample i when the job streams.
-void emit_token(Job& job, int i, TokenId id, std::string text,
-                const std::optional<LogprobEntry>& lp);
 
 // Checks a saved SampleState against the prompt and sets sample `s` up from
 // it: the RNG counter, penalty window, decoder bytes and held stop text are

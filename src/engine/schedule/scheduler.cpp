@@ -1,5 +1,5 @@
-// Continuous batching (see scheduler.h).
-#include "engine/scheduler.h"
+// Continuous batching: stage 1 of a step (see scheduler.h).
+#include "engine/schedule/scheduler.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,6 @@
 #include <cassert>
 
 #include "encore/error.h"
-#include "encore/run_state.h"
 
 namespace encore {
 namespace {
@@ -26,78 +25,85 @@ void erase_from(std::vector<Job*>& list, const Job* job) {
   if (it != list.end()) list.erase(it);
 }
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 }  // namespace
 
-Scheduler::Scheduler(ForwardContext& ctx, const Tokenizer& tokenizer, int32_t batch_tokens,
-                     bool prefix_cache, Persistence* persist)
-    : ctx_(ctx),
-      pool_(ctx.pool()),
-      tok_(tokenizer),
+Scheduler::Scheduler(KvBlockPool& pool, int n_vocab, int32_t batch_tokens, bool prefix_cache,
+                     Persistence* persist)
+    : pool_(pool),
+      n_vocab_(n_vocab),
       batch_tokens_(batch_tokens),
       prefix_cache_(prefix_cache),
-      persist_(prefix_cache ? persist : nullptr),
-      n_vocab_(ctx.model().hparams().n_vocab) {}
+      persist_(prefix_cache ? persist : nullptr) {}
 
-Scheduler::~Scheduler() { cancel_all(); }
+Scheduler::~Scheduler() {
+  for (const auto& job : jobs_) release_kv(*job);
+}
 
 void Scheduler::add(std::unique_ptr<Job> job) {
-  Job* j = job.get();
+  assert(job->max_tokens != 0 && job->n_active() > 0);
+  insert_sorted(waiting_, job.get());
   jobs_.push_back(std::move(job));
-  if (j->max_tokens == 0 || j->n_active() == 0) {  // nothing to generate
-    for (size_t i = 0; i < j->samples.size(); ++i) {
-      if (j->samples[i].active) finish_sample(*j, static_cast<int>(i), FinishReason::Length);
-    }
-    complete(*j, Response::Status::Ok);
-    remove(*j);
-    return;
-  }
-  insert_sorted(waiting_, j);
 }
 
-void Scheduler::cancel_all() { end_all(Response::Status::Cancelled, {}); }
-
-void Scheduler::end_all(Response::Status status, const std::string& error) {
-  while (!jobs_.empty()) {
-    Job& job = *jobs_.back();
-    complete(job, status, error);
-    remove(job);
-  }
-  done_.clear();
-  entries_.clear();
-  planned_.clear();
-}
-
-void Scheduler::iterate() {
+const StepPlan& Scheduler::schedule() {
+  plan_.clear();
   drop_cancelled();
-  plan();
-  if (!entries_.empty()) run_step();
-  for (Job* job : done_) remove(*job);
-  done_.clear();
+  plan_step();
+  counters_.requests_running = static_cast<int64_t>(running_.size());
+  counters_.requests_waiting = static_cast<int64_t>(waiting_.size());
+  return plan_;
+}
+
+void Scheduler::update(const KvReleases& releases) {
+  for (const KvRelease& r : releases) {
+    if (r.sample < 0) {
+      release_kv(*r.job);
+    } else {
+      r.job->samples[static_cast<size_t>(r.sample)].seq.release(pool_);
+    }
+  }
+  std::erase_if(jobs_, [&](const std::unique_ptr<Job>& j) {
+    if (!j->completed) return false;
+    erase_from(running_, j.get());
+    erase_from(waiting_, j.get());
+    return true;
+  });
   counters_.requests_running = static_cast<int64_t>(running_.size());
   counters_.requests_waiting = static_cast<int64_t>(waiting_.size());
 }
 
-void Scheduler::drop_cancelled() {
-  std::vector<Job*> cancelled;
-  for (const auto& job : jobs_) {
-    if (job->shared->cancel.load(std::memory_order_relaxed)) cancelled.push_back(job.get());
+std::vector<std::unique_ptr<Job>> Scheduler::take_all() {
+  std::vector<std::unique_ptr<Job>> out;
+  while (!jobs_.empty()) {  // newest first
+    release_kv(*jobs_.back());
+    out.push_back(std::move(jobs_.back()));
+    jobs_.pop_back();
   }
-  for (Job* job : cancelled) {
-    complete(*job, Response::Status::Cancelled);
-    remove(*job);
+  running_.clear();
+  waiting_.clear();
+  plan_.clear();
+  return out;
+}
+
+// Ends a job before the step: its KV goes now (this step may use it), its
+// Response comes from the output stage (StepPlan::ended).
+void Scheduler::end(Job& job, Response::Status status, std::string error) {
+  release_kv(job);
+  erase_from(running_, &job);
+  erase_from(waiting_, &job);
+  plan_.ended.push_back({&job, status, std::move(error)});
+}
+
+void Scheduler::drop_cancelled() {
+  for (const auto& job : jobs_) {
+    if (job->shared->cancel.load(std::memory_order_relaxed)) end(*job, Response::Status::Cancelled);
   }
 }
 
 // ---- Planning ------------------------------------------------------------------
 
-void Scheduler::plan() {
-  budget_ = batch_tokens_;
-  entries_.clear();
-  planned_.clear();
+void Scheduler::plan_step() {
+  plan_.budget_left = batch_tokens_;
   const int64_t preemptions_before = counters_.preemptions;
   // Decodes first, then prompt chunks, each pass in priority-then-age order:
   // a long prompt never stalls the streams that are already generating.
@@ -106,7 +112,7 @@ void Scheduler::plan() {
   const std::vector<Job*> order = running_;
   for (const bool decode : {true, false}) {
     for (Job* job : order) {
-      if (budget_ == 0) break;
+      if (plan_.budget_left == 0) break;
       if (job->completed || job->phase == Job::Phase::Waiting) continue;
       if ((job->phase == Job::Phase::Decode) != decode) continue;
       plan_job(*job);
@@ -122,30 +128,30 @@ bool Scheduler::plan_job(Job& job) {
   if (job.phase == Job::Phase::Prompt) {
     const int64_t n = job.base.n_tokens, p = static_cast<int64_t>(job.prompt.size());
     if (n == p) return fork(job) && plan_job(job);
-    const auto count = static_cast<int32_t>(std::min<int64_t>(p - n, budget_));
+    const auto count = static_cast<int32_t>(std::min<int64_t>(p - n, plan_.budget_left));
     if (count == 0) return true;
     if (!reserve(job, job.base, n + count)) return false;
     const bool last = n + count == p;
-    entries_.push_back({&job.base, std::span<const TokenId>(job.prompt).subspan(n, count),
-                        last ? std::span<float>(job.base_logits) : std::span<float>()});
-    planned_.push_back({&job, -1, count, last});
-    budget_ -= count;
+    plan_.seqs.push_back({&job.base, std::span<const TokenId>(job.prompt).subspan(n, count),
+                          last ? std::span<float>(job.base_logits) : std::span<float>()});
+    plan_.entries.push_back({&job, -1, count, last});
+    plan_.budget_left -= count;
     return true;
   }
   assert(job.phase == Job::Phase::Decode);
   const auto p = static_cast<int64_t>(job.prompt.size());
-  for (size_t i = 0; i < job.samples.size() && budget_ > 0; ++i) {
+  for (size_t i = 0; i < job.samples.size() && plan_.budget_left > 0; ++i) {
     SampleRun& s = job.samples[i];
     if (!s.active) continue;
     const int64_t n = s.seq.n_tokens, total = job.total_tokens(s);
     assert(total > n && n >= p);
-    const auto count = static_cast<int32_t>(std::min<int64_t>(total - n, budget_));
+    const auto count = static_cast<int32_t>(std::min<int64_t>(total - n, plan_.budget_left));
     if (!reserve(job, s.seq, n + count)) return false;
     const bool last = n + count == total;
-    entries_.push_back({&s.seq, std::span<const TokenId>(s.state.ids).subspan(n - p, count),
-                        last ? std::span<float>(s.logits) : std::span<float>()});
-    planned_.push_back({&job, static_cast<int>(i), count, last});
-    budget_ -= count;
+    plan_.seqs.push_back({&s.seq, std::span<const TokenId>(s.state.ids).subspan(n - p, count),
+                          last ? std::span<float>(s.logits) : std::span<float>()});
+    plan_.entries.push_back({&job, static_cast<int>(i), count, last});
+    plan_.budget_left -= count;
   }
   return true;
 }
@@ -177,10 +183,11 @@ bool Scheduler::make_room(Job& job) {
   return false;
 }
 
-// The prompt is evaluated: every active sample gets its own copy of the KV
-// (full blocks shared, the partial last block copied; the last sample takes
-// the prompt's sequence over), and those without ids yet sample their first
-// token from the prompt's logits.
+// The prompt is evaluated (and the output stage drew each new sample's
+// first token from its logits): every active sample gets its own copy of
+// the KV (full blocks shared, the partial last block copied; the last sample
+// takes the prompt's sequence over). A sample with ids of its own (resumed,
+// or preempted after its first token) then takes what the cache has of them.
 bool Scheduler::fork(Job& job) {
   std::vector<int> active;
   for (size_t i = 0; i < job.samples.size(); ++i) {
@@ -207,20 +214,12 @@ bool Scheduler::fork(Job& job) {
   for (int i : active) {
     SampleRun& s = job.samples[static_cast<size_t>(i)];
     s.hashes = hashes;
-    if (s.state.ids.empty()) {
-      s.logits = job.base_logits;
-      advance(job, i);
-      if (job.completed) return false;  // failed (NaN logits)
-    } else {
-      s.logits.assign(static_cast<size_t>(n_vocab_), 0.0f);  // filled by its last chunk
-      extend_sample(job, i);
+    // Filled by the sample's last chunk (a sample that drew its first token
+    // from the prompt's logits holds those; they are overwritten too).
+    if (s.logits.size() != static_cast<size_t>(n_vocab_)) {
+      s.logits.assign(static_cast<size_t>(n_vocab_), 0.0f);
     }
-  }
-  job.base_logits = std::vector<float>();
-  if (job.n_active() == 0) {
-    complete(job, Response::Status::Ok);
-    done_.push_back(&job);
-    return false;
+    extend_sample(job, i);
   }
   return true;
 }
@@ -228,11 +227,11 @@ bool Scheduler::fork(Job& job) {
 void Scheduler::preempt(Job& job) {
   // Entries of this step already planned for it go (their sequences are
   // about to be released).
-  for (size_t e = planned_.size(); e-- > 0;) {
-    if (planned_[e].job != &job) continue;
-    budget_ += planned_[e].count;
-    planned_.erase(planned_.begin() + static_cast<ptrdiff_t>(e));
-    entries_.erase(entries_.begin() + static_cast<ptrdiff_t>(e));
+  for (size_t e = plan_.entries.size(); e-- > 0;) {
+    if (plan_.entries[e].job != &job) continue;
+    plan_.budget_left += plan_.entries[e].count;
+    plan_.entries.erase(plan_.entries.begin() + static_cast<ptrdiff_t>(e));
+    plan_.seqs.erase(plan_.seqs.begin() + static_cast<ptrdiff_t>(e));
   }
   release_kv(job);
   job.phase = Job::Phase::Waiting;
@@ -244,7 +243,7 @@ void Scheduler::preempt(Job& job) {
 
 void Scheduler::admit() {
   const int bt = pool_.layout().block_tokens;
-  while (!waiting_.empty() && budget_ > 0) {
+  while (!waiting_.empty() && plan_.budget_left > 0) {
     Job& job = *waiting_.front();
     const auto p = static_cast<int64_t>(job.prompt.size());
     // The longest cached prefix, leaving at least one token to evaluate (its
@@ -271,7 +270,7 @@ void Scheduler::admit() {
       }
     }
     const int64_t n = static_cast<int64_t>(hits.size()) * bt;
-    const int64_t count = std::min<int64_t>(p - n, budget_);
+    const int64_t count = std::min<int64_t>(p - n, plan_.budget_left);
     const int64_t need = kv_blocks_for_tokens(n + count, bt) - static_cast<int64_t>(hits.size());
     const int64_t watermark = running_.empty() ? 0 : std::max(1, pool_.n_blocks() / 100);
     if (need + watermark > pool_.n_free()) {
@@ -280,11 +279,9 @@ void Scheduler::admit() {
         // Nothing holds blocks that could come back: only blocks taken
         // outside the scheduler (a bug) could cause this. Fail the job
         // rather than wait for ever.
-        complete(job, Response::Status::Failed,
-                 fmt::format("the KV pool has {} free blocks; the prompt needs {}", pool_.n_free(),
-                             need));
-        waiting_.erase(waiting_.begin());
-        done_.push_back(&job);
+        end(job, Response::Status::Failed,
+            fmt::format("the KV pool has {} free blocks; the prompt needs {}", pool_.n_free(),
+                        need));
         continue;
       }
       break;  // first come, first served: nobody skips ahead
@@ -356,45 +353,13 @@ void Scheduler::extend_sample(Job& job, int i) {
   }
 }
 
-// ---- Running a step ---------------------------------------------------------------
+// ---- After the step ---------------------------------------------------------------
 
-void Scheduler::run_step() {
-  try {
-    ctx_.step(entries_);
-  } catch (const std::exception& e) {
-    // Nothing here should fail (requests were validated, blocks reserved);
-    // if it does, the requests of this step end with the error and the
-    // others go on.
-    std::vector<Job*> failed;
-    for (const Planned& p : planned_) {
-      if (std::find(failed.begin(), failed.end(), p.job) == failed.end()) failed.push_back(p.job);
-    }
-    for (Job* job : failed) {
-      complete(*job, Response::Status::Failed, fmt::format("forward step failed: {}", e.what()));
-      done_.push_back(job);
-    }
-    return;
-  }
+void Scheduler::after_step(const StepPlan& plan) {
   ++counters_.steps;
-  after_step();
-}
-
-void Scheduler::after_step() {
-  for (const Planned& p : planned_) {
-    Job& job = *p.job;
-    counters_.tokens_evaluated += p.count;
-    if (job.completed) continue;  // failed earlier in this loop
-    publish(job, p.sample);
-    if (!p.logits) continue;
-    if (p.sample < 0) {
-      job.prompt_done = Clock::now();
-      continue;  // forked when the job is next planned
-    }
-    advance(job, p.sample);
-    if (job.n_active() == 0 && !job.completed) {
-      complete(job, Response::Status::Ok);
-      done_.push_back(&job);
-    }
+  for (const StepPlan::Entry& e : plan.entries) {
+    counters_.tokens_evaluated += e.count;
+    publish(*e.job, e.sample);
   }
 }
 
@@ -429,89 +394,7 @@ void Scheduler::publish(Job& job, int sample) {
   }
 }
 
-// ---- Sampling ------------------------------------------------------------------------
-
-// Sample i has logits after its last token: draw the next one, as a
-// sequential generation loop would (the reproducibility contract).
-void Scheduler::advance(Job& job, int i) {
-  SampleRun& s = job.samples[static_cast<size_t>(i)];
-  if (job.max_tokens >= 0 && s.result.ids.size() >= static_cast<size_t>(job.max_tokens)) {
-    finish_sample(job, i, FinishReason::Length);
-    return;
-  }
-  const TokenId id = s.sampler->sample(s.logits);
-  if (id < 0) {
-    complete(job, Response::Status::Failed,
-             fmt::format("every logit of generated token {} of sample {} is NaN: the model "
-                         "file's weights are broken",
-                         s.state.ids.size(), i));
-    done_.push_back(&job);
-    return;
-  }
-  if (!job.ignore_eos && tok_.is_eog(id)) {
-    finish_sample(job, i, FinishReason::Eog);
-    return;
-  }
-  std::optional<LogprobEntry> lp;
-  if (job.logprobs >= 0) {
-    lp = token_logprobs(s.logits, id, job.logprobs, ctx_.isa());
-    s.result.logprobs.push_back(*lp);
-  }
-  s.sampler->accept(id);
-  s.state.ids.push_back(id);
-  s.result.ids.push_back(id);
-  ++counters_.tokens_generated;
-  ++job.response.usage.generated_tokens;
-  if (!job.any_token) {
-    job.any_token = true;
-    job.response.ttft_seconds = seconds_between(job.submitted, Clock::now());
-  }
-  const StopText::Push pushed = s.stop.push(s.decoder->push(id));
-  s.result.text += pushed.text;
-  emit_token(job, i, id, pushed.text, lp);
-  if (pushed.matched) {
-    finish_sample(job, i, FinishReason::Stop);
-    return;
-  }
-  // The context check comes first: a sample that ended at max_tokens always
-  // fits its prompt and ids in the context, so it can be resumed.
-  if (s.seq.n_tokens >= ctx_.n_ctx()) {
-    finish_sample(job, i, FinishReason::Context);
-    return;
-  }
-  // Done at max_tokens: the token is not evaluated (a resume recomputes the
-  // KV from the ids anyway), which saves one step per call.
-  if (job.max_tokens >= 0 && s.result.ids.size() >= static_cast<size_t>(job.max_tokens)) {
-    finish_sample(job, i, FinishReason::Length);
-  }
-}
-
-void Scheduler::finish_sample(Job& job, int i, FinishReason why) {
-  SampleRun& s = job.samples[static_cast<size_t>(i)];
-  s.active = false;
-  s.result.finish = why;
-  if (why != FinishReason::Length) s.state.finished = why;
-  // Text held back is shown now. A sample that stopped at max_tokens keeps it
-  // (and the decoder's partial bytes) in its state too, so a resumed run
-  // continues matching stop strings across the pause; see SampleState.
-  std::string text;
-  if (why != FinishReason::Stop) text += s.stop.flush_shown();
-  if (why != FinishReason::Stop && why != FinishReason::Length) text += s.decoder->finish();
-  s.result.text += text;
-  if (job.shared->stream) {
-    Event e;
-    e.kind = Event::Kind::Finish;
-    e.sample = i;
-    e.text = std::move(text);
-    e.finish = why;
-    job.shared->push(std::move(e));
-  }
-  if (persist_ && job.persist) persist_->capture(job, i);
-  s.seq.release(pool_);
-  s.logits = {};
-}
-
-// ---- Ending jobs ------------------------------------------------------------------------
+// ---- Freeing ---------------------------------------------------------------------
 
 void Scheduler::release_kv(Job& job) {
   job.base.release(pool_);
@@ -520,62 +403,6 @@ void Scheduler::release_kv(Job& job) {
     s.seq.release(pool_);
     s.hashes.clear();
   }
-}
-
-void Scheduler::complete(Job& job, Response::Status status, std::string error) {
-  if (job.completed) return;
-  job.completed = true;
-  release_kv(job);
-  const Clock::time_point now = Clock::now();
-  Response& r = job.response;
-  r.status = status;
-  r.error = std::move(error);
-  if (job.admitted_once) {
-    r.queue_seconds = seconds_between(job.submitted, job.first_step);
-    if (job.prompt_done != Clock::time_point{}) {
-      r.prompt_seconds = seconds_between(job.first_step, job.prompt_done);
-      r.generate_seconds = seconds_between(job.prompt_done, now);
-    }
-  }
-  for (SampleRun& s : job.samples) {
-    s.state.sampler = s.sampler->state();
-    s.state.decoder = s.decoder->state();
-    s.state.held_text = s.stop.held();
-    s.state.held_shown = s.stop.shown();
-    r.samples.push_back(std::move(s.result));
-    r.states.push_back(std::move(s.state));
-  }
-  if (status == Response::Status::Ok && persist_ && !job.session.empty()) {
-    Request saved = job.saved;
-    if (job.continues_answer && !saved.messages.empty() &&
-        saved.messages.back().role == "assistant") {
-      saved.messages.back().content += r.samples[0].text;
-    } else if (!saved.messages.empty()) {
-      saved.messages.push_back({"assistant", r.samples[0].text});
-    }
-    persist_->save_session(job.tenant, job.session,
-                           run_state_after(saved, r, persist_->fingerprint(), ctx_.n_ctx()));
-  }
-  switch (status) {
-    case Response::Status::Ok:
-      ++counters_.requests_finished;
-      break;
-    case Response::Status::Cancelled:
-      ++counters_.requests_cancelled;
-      break;
-    case Response::Status::Failed:
-      ++counters_.requests_failed;
-      break;
-  }
-  job.shared->finish(std::move(r));
-}
-
-void Scheduler::remove(Job& job) {
-  erase_from(running_, &job);
-  erase_from(waiting_, &job);
-  const auto it = std::find_if(jobs_.begin(), jobs_.end(),
-                               [&](const std::unique_ptr<Job>& j) { return j.get() == &job; });
-  if (it != jobs_.end()) jobs_.erase(it);
 }
 
 }  // namespace encore

@@ -1,4 +1,4 @@
-#include "engine/persist.h"
+#include "engine/session/persist.h"
 
 #include <fmt/format.h>
 
@@ -128,15 +128,24 @@ void Persistence::capture(const Job& job, int i) {
   const SampleRun& s = job.samples[static_cast<size_t>(i)];
   const KvLayout& l = pool_.layout();
   const int bt = l.block_tokens;
+  // Before the fork (a sample that ended on the token it drew from the
+  // prompt's logits) the sample's KV is the prompt's.
+  const bool forked = job.phase == Job::Phase::Decode;
+  const KvSequence& seq = forked ? s.seq : job.base;
+  const std::span<const BlockHash> hashes =
+      forked ? std::span<const BlockHash>(s.hashes)
+             : std::span<const BlockHash>(job.prompt_hashes)
+                   .first(std::min(job.prompt_hashes.size(),
+                                   static_cast<size_t>(job.base.n_tokens / bt)));
   Write w;
-  for (size_t b = 0; b < s.hashes.size() && b < s.seq.blocks.size(); ++b) {
-    std::string name = block_name(s.hashes[b]);
+  for (size_t b = 0; b < hashes.size() && b < seq.blocks.size(); ++b) {
+    std::string name = block_name(hashes[b]);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (written_.size() > (1u << 20)) written_.clear();
       if (!written_.insert(name).second) continue;
     }
-    const BlockHash parent = b == 0 ? job.root : s.hashes[b - 1];
+    const BlockHash parent = b == 0 ? job.root : hashes[b - 1];
     std::string p;
     p.reserve(kBlockFixed + 4 * static_cast<size_t>(bt) + l.block_bytes());
     le::put_u32(p, kBlockMagic);
@@ -149,7 +158,7 @@ void Persistence::capture(const Job& job, int i) {
     for (int k = 0; k < bt; ++k) {
       le::put_u32(p, static_cast<uint32_t>(job.token_at(s, static_cast<int64_t>(b) * bt + k)));
     }
-    const std::span<const uint8_t> data = pool_.block_data(s.seq.blocks[b]);
+    const std::span<const uint8_t> data = pool_.block_data(seq.blocks[b]);
     p.append(reinterpret_cast<const char*>(data.data()), data.size());
     w.items.emplace_back(key(job.tenant, std::move(name)), std::move(p));
   }

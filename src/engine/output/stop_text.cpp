@@ -1,4 +1,4 @@
-#include "engine/stop_text.h"
+#include "engine/output/stop_text.h"
 
 #include <fmt/format.h>
 
