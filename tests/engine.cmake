@@ -3,3 +3,5 @@ encore_add_test(test_engine SOURCES engine_test.cpp LIBS encore_engine encore_sy
 # Sessions and KV snapshots through the engine: disk and a real Redis.
 encore_add_test(test_engine_state SOURCES engine_state_test.cpp LIBS encore_engine encore_synth
                 LABELS unit)
+# The scheduler's plan alone: a KV pool and hand-made jobs, no model.
+encore_add_test(test_scheduler SOURCES scheduler_test.cpp LIBS encore_engine LABELS unit)
