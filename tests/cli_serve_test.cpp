@@ -99,6 +99,17 @@ TEST_F(Serve, CompletionsMatchRunAndCarryFingerprintSeedAndHash) {
   EXPECT_EQ(c0["logprobs"]["tokens"].size(), 24u);
   EXPECT_EQ(c0["logprobs"]["top_logprobs"][0].size(), 2u);
   EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+  // The listed tokens spell the text (but for a leading space the decoder
+  // strips), and their offsets follow their lengths.
+  std::string spelled;
+  for (size_t k = 0; k < 24; ++k) {
+    EXPECT_EQ(c0["logprobs"]["text_offset"][k], spelled.size());
+    spelled += c0["logprobs"]["tokens"][k].get<std::string>();
+    for (const auto& [tok, lp] : c0["logprobs"]["top_logprobs"][k].items())
+      EXPECT_FALSE(tok.empty());
+  }
+  ASSERT_FALSE(c0["text"].get<std::string>().empty());
+  EXPECT_NE(spelled.find(c0["text"].get<std::string>()), std::string::npos) << spelled;
   // The same request through `encore run`: the same ids (hash), text and fingerprint.
   const CliResult run =
       run_encore({"run", "-m", *model_, "--json", "-p", "Once upon a time", "-n", "24", "--seed",

@@ -216,9 +216,6 @@ class Engine {
   // Counters and the pool's state as of the scheduler's last step; the state
   // tiers' counters as of now. Thread-safe.
   EngineStats stats() const;
-  // The text of one token as logprob listings show it (special tokens
-  // rendered); "" for an id outside the vocabulary.
-  std::string token_text(TokenId id) const;
   // The tokenizer's ids for `text` (no BOS, special tokens as text).
   std::vector<TokenId> tokenize(std::string_view text) const;
   // A saved session (its request, sample states and, for a chat, the

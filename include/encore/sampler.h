@@ -63,6 +63,8 @@ int32_t argmax(std::span<const float> logits);
 struct TokenLogprob {
   TokenId id = -1;
   float logprob = 0.0f;
+  std::string text;  // the token as listings show it (special tokens rendered); set by the
+                     // engine (token_logprobs leaves it empty)
 };
 struct LogprobEntry {
   TokenLogprob chosen;

@@ -5,11 +5,11 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-Json logprobs_json(const Engine& engine, const std::vector<LogprobEntry>& entries, bool with_top) {
+Json logprobs_json(const std::vector<LogprobEntry>& entries, bool with_top) {
   auto one = [&](const TokenLogprob& t) {
     Json o;
     o["id"] = t.id;
-    o["token"] = engine.token_text(t.id);
+    o["token"] = t.text;
     o["logprob"] = t.logprob;
     return o;
   };
@@ -32,7 +32,7 @@ Json response_json(const Engine& engine, const Response& r, int n, bool with_top
     Json c;
     c["ids"] = s.ids;
     c["text"] = s.text;
-    c["logprobs"] = logprobs_json(engine, s.logprobs, with_top);
+    c["logprobs"] = logprobs_json(s.logprobs, with_top);
     c["finish_reason"] = finish_reason_name(s.finish);
     c["output_hash"] = output_hash(s.ids);
     return c;

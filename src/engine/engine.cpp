@@ -417,11 +417,6 @@ EngineStats Engine::stats() const {
   return s;
 }
 
-std::string Engine::token_text(TokenId id) const {
-  if (id < 0 || id >= impl_->tokenizer->n_vocab()) return {};
-  return impl_->tokenizer->token_to_piece(id, true);
-}
-
 std::vector<TokenId> Engine::tokenize(std::string_view text) const {
   return impl_->tokenizer->encode(text, Tokenizer::EncodeOptions{});
 }

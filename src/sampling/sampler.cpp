@@ -126,7 +126,7 @@ LogprobEntry token_logprobs(std::span<const float> logits, TokenId chosen, int t
   auto lp = [&](size_t i) { return static_cast<float>(static_cast<double>(l[i]) - log_z); };
 
   LogprobEntry e;
-  e.chosen = {chosen, lp(static_cast<size_t>(chosen))};
+  e.chosen = {chosen, lp(static_cast<size_t>(chosen)), {}};
   const size_t k = std::min(n, static_cast<size_t>(std::max(top_n, 0)));
   if (k > 0) {
     // The k best in canonical order, kept sorted by insertion: O(n k) worst
@@ -141,7 +141,7 @@ LogprobEntry token_logprobs(std::span<const float> logits, TokenId chosen, int t
       if (best.size() > k) best.pop_back();
     }
     e.top.reserve(k);
-    for (const TokenData& t : best) e.top.push_back({t.id, lp(static_cast<size_t>(t.id))});
+    for (const TokenData& t : best) e.top.push_back({t.id, lp(static_cast<size_t>(t.id)), {}});
   }
   return e;
 }

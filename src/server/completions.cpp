@@ -171,7 +171,6 @@ void Server::Impl::complete(Exchange& ex) {
   a.ctx.model = opt.model_name;
   a.ctx.system_fingerprint = e->info().system_fingerprint;
   a.ctx.logprobs = request.logprobs;
-  a.ctx.engine = e;
   a.ctx.session = request.session;
   a.ctx.session_continued = handle->session_found();
   a.stream = stream;
@@ -257,7 +256,7 @@ Ending Answer::body() {
     }
     if (ev->kind == Event::Kind::Token) {
       const size_t at = offset[i];
-      if (!ctx.chat && ctx.logprobs >= 0) offset[i] += ctx.engine->token_text(ev->id).size();
+      if (!ctx.chat && ev->logprob) offset[i] += ev->logprob->chosen.text.size();
       if ((!ev->text.empty() || ev->logprob) &&
           !event(server::text_chunk(ctx, seed, ev->sample, ev->text, ev->logprob, at))) {
         return kGone;

@@ -22,12 +22,11 @@ Json bytes_of(const std::string& s) {
 Json chat_logprobs(const ReplyContext& c, const std::vector<LogprobEntry>& entries) {
   Json content = Json::array();
   for (const LogprobEntry& e : entries) {
-    const std::string tok = c.engine->token_text(e.chosen.id);
+    const std::string& tok = e.chosen.text;
     Json item = {{"token", tok}, {"logprob", e.chosen.logprob}, {"bytes", bytes_of(tok)}};
     Json top = Json::array();
     for (const TokenLogprob& t : e.top) {
-      const std::string tt = c.engine->token_text(t.id);
-      top.push_back({{"token", tt}, {"logprob", t.logprob}, {"bytes", bytes_of(tt)}});
+      top.push_back({{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes_of(t.text)}});
     }
     item["top_logprobs"] = top;
     content.push_back(item);
@@ -40,11 +39,11 @@ Json completion_logprobs(const ReplyContext& c, const std::vector<LogprobEntry>&
                          size_t offset) {
   Json tokens = Json::array(), lps = Json::array(), tops = Json::array(), offs = Json::array();
   for (const LogprobEntry& e : entries) {
-    const std::string tok = c.engine->token_text(e.chosen.id);
+    const std::string& tok = e.chosen.text;
     tokens.push_back(tok);
     lps.push_back(e.chosen.logprob);
     Json top = Json::object();
-    for (const TokenLogprob& t : e.top) top[c.engine->token_text(t.id)] = t.logprob;
+    for (const TokenLogprob& t : e.top) top[t.text] = t.logprob;
     tops.push_back(top);
     offs.push_back(offset);
     offset += tok.size();

@@ -23,8 +23,7 @@ struct ReplyContext {
   int64_t created = 0;
   std::string model;
   std::string system_fingerprint;
-  int32_t logprobs = -1;           // as in the Request: -1 none, N: N alternatives
-  const Engine* engine = nullptr;  // token texts
+  int32_t logprobs = -1;  // as in the Request: -1 none, N: N alternatives
   // The request's session_id ("" for none) and whether a saved session was
   // continued (else the request started it): extension fields of every
   // answer and chunk of a request with a session.

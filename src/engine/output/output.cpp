@@ -107,6 +107,9 @@ void OutputProcessor::advance(Job& job, int i, KvReleases& out) {
   std::optional<LogprobEntry> lp;
   if (job.logprobs >= 0) {
     lp = token_logprobs(s.logits, id, job.logprobs, isa_);
+    // The text with the ids: no front end has to call back for it.
+    lp->chosen.text = tok_.token_to_piece(id, true);
+    for (TokenLogprob& t : lp->top) t.text = tok_.token_to_piece(t.id, true);
     s.result.logprobs.push_back(*lp);
   }
   s.sampler->accept(id);
