@@ -132,7 +132,7 @@ void expect_same_state(const SampleState& a, const SampleState& b, const std::st
   EXPECT_EQ(a.sampler.t, b.sampler.t) << what;
   EXPECT_EQ(a.sampler.recent, b.sampler.recent) << what;
   EXPECT_EQ(a.finished, b.finished) << what;
-  EXPECT_EQ(a.decoder.pending, b.decoder.pending) << what;
+  EXPECT_EQ(a.decoder_pending, b.decoder_pending) << what;
 }
 
 TEST_P(Repro, ResumeEqualsUninterrupted) {

@@ -183,6 +183,9 @@ class RequestHandle {
   std::shared_ptr<RequestShared> shared_;
 };
 
+struct BenchOptions;  // bench.h
+struct BenchReport;
+
 class Engine {
  public:
   // Opens options.model_path. Throws GgufError / ModelError for a bad file,
@@ -230,9 +233,12 @@ class Engine {
   std::vector<std::pair<std::string, StoreCounters>> state_counters() const;
 
   struct Impl;  // src/engine/engine_impl.h
-  Impl& impl() { return *impl_; }
 
  private:
+  // The benchmark (bench.h) drives the forward pass between steps: it is
+  // part of the engine, not a user of it.
+  friend BenchReport run_bench(Engine& engine, const BenchOptions& options);
+
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

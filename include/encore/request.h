@@ -21,7 +21,6 @@
 
 #include "encore/chat_template.h"
 #include "encore/sampler.h"
-#include "encore/tokenizer.h"
 
 namespace encore {
 
@@ -70,7 +69,11 @@ struct SampleState {
   std::string held_text;     // decoded text held back: it may begin a stop string
   size_t held_shown = 0;     // bytes at its start already returned (a call that ended at
                              // max_tokens shows all its text; they are not returned again)
-  StreamDecoder::State decoder;
+  // The text decoder's state (plain data, as the tokenizer's
+  // StreamDecoder::State): bytes of an incomplete UTF-8 sequence (<= 3), and
+  // whether the next piece's leading space is still to be stripped.
+  std::string decoder_pending;
+  bool decoder_strip_pending = false;
   std::optional<FinishReason> finished;  // eog, stop or context: nothing more to do
 };
 

@@ -180,7 +180,7 @@ void measure_prefix(Engine& engine, const BenchOptions& o, BenchReport& r) {
 // A session of n_session tokens saved through a fresh engine with one tier,
 // then its next turn in another fresh engine (an empty prefix cache): the
 // time to first token restored, against the same turn recomputed.
-void measure_state(Engine& engine, const BenchOptions& o, BenchReport& r) {
+void measure_state(Engine& engine, const Engine::Impl& m, const BenchOptions& o, BenchReport& r) {
   const EngineInfo& info = engine.info();
   constexpr int32_t kTurn = 16;
   r.session_tokens = std::min(o.n_session, info.n_ctx - kTurn - 2);
@@ -188,7 +188,7 @@ void measure_state(Engine& engine, const BenchOptions& o, BenchReport& r) {
   const std::string tenant =
       fmt::format("bench-state-{}", BenchClock::now().time_since_epoch().count());
   auto turn = [&](const EngineOptions& eo, bool persist, uint64_t* bytes) {
-    const std::unique_ptr<Engine> e = Engine::open(engine.impl().file, eo);
+    const std::unique_ptr<Engine> e = Engine::open(m.file, eo);
     Request q = bench_request(info, r.session_tokens, 1, 3, tenant);
     const std::vector<int32_t> next = bench_tokens(kTurn, info.n_vocab, 4);
     q.prompt_ids.insert(q.prompt_ids.end(), next.begin(), next.end());
@@ -201,7 +201,7 @@ void measure_state(Engine& engine, const BenchOptions& o, BenchReport& r) {
     }
     return resp.ttft_seconds * 1e3;
   };
-  EngineOptions base = engine.impl().options;
+  EngineOptions base = m.options;
   base.model_path = info.model_path;
   base.log = nullptr;
   for (int tier = 0; tier < 2; ++tier) {
@@ -241,10 +241,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   }
   BenchReport r;
   r.load_ms = info.load_seconds * 1e3;
-  engine.impl().run_exclusive([&] { measure_forward(engine.impl(), o, r); });
+  Engine::Impl& m = *engine.impl_;
+  m.run_exclusive([&] { measure_forward(m, o, r); });
   if (o.n_requests > 0) measure_throughput(engine, o, r);
   if (o.n_prefix > 0) measure_prefix(engine, o, r);
-  if (!o.state_dir.empty() || !o.redis_url.empty()) measure_state(engine, o, r);
+  if (!o.state_dir.empty() || !o.redis_url.empty()) measure_state(engine, m, o, r);
   return r;
 }
 

@@ -121,7 +121,7 @@ void restore_sample(SampleRun& s, const SampleState& st, int i, const std::vecto
     return;
   }
   const StreamDecoder::State dec = s.decoder->state();
-  if (st.decoder.pending != dec.pending || st.decoder.strip_pending != dec.strip_pending ||
+  if (st.decoder_pending != dec.pending || st.decoder_strip_pending != dec.strip_pending ||
       st.held_text != s.stop.held()) {
     throw fail(
         "its held text or decoder bytes do not match its ids: the file was edited or belongs to "

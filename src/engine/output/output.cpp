@@ -184,7 +184,9 @@ void OutputProcessor::complete(Job& job, Response::Status status, std::string er
   }
   for (SampleRun& s : job.samples) {
     s.state.sampler = s.sampler->state();
-    s.state.decoder = s.decoder->state();
+    const StreamDecoder::State decoder = s.decoder->state();
+    s.state.decoder_pending = decoder.pending;
+    s.state.decoder_strip_pending = decoder.strip_pending;
     s.state.held_text = s.stop.held();
     s.state.held_shown = s.stop.shown();
     r.samples.push_back(std::move(s.result));

@@ -210,8 +210,8 @@ std::string run_state_json(const RunState& s) {
     o["recent"] = st.sampler.recent;
     o["held_text_hex"] = to_hex(st.held_text);
     o["held_shown"] = st.held_shown;
-    o["decoder_pending_hex"] = to_hex(st.decoder.pending);
-    o["decoder_strip_pending"] = st.decoder.strip_pending;
+    o["decoder_pending_hex"] = to_hex(st.decoder_pending);
+    o["decoder_strip_pending"] = st.decoder_strip_pending;
     o["finished"] = st.finished ? Json(finish_reason_name(*st.finished)) : Json(nullptr);
     samples.push_back(o);
   }
@@ -308,12 +308,12 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
     try {
       st.held_text = from_hex(get<std::string>(o, "held_text_hex", w));
-      st.decoder.pending = from_hex(get<std::string>(o, "decoder_pending_hex", w));
+      st.decoder_pending = from_hex(get<std::string>(o, "decoder_pending_hex", w));
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
     }
     st.held_shown = get<size_t>(o, "held_shown", w);
-    st.decoder.strip_pending = get<bool>(o, "decoder_strip_pending", w);
+    st.decoder_strip_pending = get<bool>(o, "decoder_strip_pending", w);
     if (!o.contains("finished")) throw InvalidArgument(w + ": missing field 'finished'");
     if (!o["finished"].is_null()) {
       try {
