@@ -68,6 +68,34 @@ int default_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
+// The state tiers the options name (the directory first, then Redis), or
+// null when they name none.
+std::unique_ptr<Persistence> open_state_tiers(const EngineOptions& options,
+                                              const std::string& system_fp, KvBlockPool& pool) {
+  if (options.state_dir.empty() && options.redis_url.empty()) return nullptr;
+  if (!options.prefix_cache) {
+    throw InvalidArgument("state tiers need the prefix cache (blocks are shared through it)");
+  }
+  std::vector<std::unique_ptr<StoreTier>> tiers;
+  if (!options.state_dir.empty()) {
+    DiskStoreOptions d;
+    d.dir = options.state_dir;
+    d.max_bytes = options.state_max_bytes;
+    d.shares = options.tenant_shares;
+    d.log = options.log;
+    tiers.push_back(open_disk_store(d));
+  }
+  if (!options.redis_url.empty()) {
+    RedisStoreOptions r;
+    r.url = options.redis_url;
+    r.shares = options.tenant_shares;
+    r.log = options.log;
+    tiers.push_back(open_redis_store(r));
+  }
+  return std::make_unique<Persistence>(std::make_unique<TieredStore>(std::move(tiers)), system_fp,
+                                       pool, options.state_ttl, options.log);
+}
+
 }  // namespace
 
 void EngineOptions::validate() const {
@@ -184,30 +212,7 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   info.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (!options.state_dir.empty() || !options.redis_url.empty()) {
-    if (!options.prefix_cache) {
-      throw InvalidArgument("state tiers need the prefix cache (blocks are shared through it)");
-    }
-    std::vector<std::unique_ptr<StoreTier>> tiers;
-    if (!options.state_dir.empty()) {
-      DiskStoreOptions d;
-      d.dir = options.state_dir;
-      d.max_bytes = options.state_max_bytes;
-      d.shares = options.tenant_shares;
-      d.log = options.log;
-      tiers.push_back(open_disk_store(d));
-    }
-    if (!options.redis_url.empty()) {
-      RedisStoreOptions r;
-      r.url = options.redis_url;
-      r.shares = options.tenant_shares;
-      r.log = options.log;
-      tiers.push_back(open_redis_store(r));
-    }
-    m.persist = std::make_unique<Persistence>(std::make_unique<TieredStore>(std::move(tiers)),
-                                              info.system_fingerprint, *m.pool, options.state_ttl,
-                                              options.log);
-  }
+  m.persist = open_state_tiers(options, info.system_fingerprint, *m.pool);
   m.scheduler = std::make_unique<Scheduler>(*m.pool, hp.n_vocab, options.batch_tokens,
                                             options.prefix_cache, m.persist.get());
   m.runner = std::make_unique<Runner>(*m.ctx);
