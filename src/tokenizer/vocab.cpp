@@ -107,13 +107,8 @@ TokenId last_with_text(const Vocab& v, std::string_view t) {
   return -1;
 }
 
-}  // namespace
-
-Vocab vocab_from_gguf(const gguf::File& f) {
-  const Reader r(f);
-  Vocab v;
-  v.source = f.path();
-
+// tokenizer.ggml.model and .pre: which tokenizer, and its pre-tokenizer.
+void read_model(const Reader& r, const gguf::File& f, Vocab& v) {
   const Value* model = f.find("tokenizer.ggml.model");
   if (model == nullptr) {
     throw r.error("tokenizer.ggml.model",
@@ -131,7 +126,10 @@ Vocab vocab_from_gguf(const gguf::File& f) {
     }
     v.pre = pre->s;
   }
+}
 
+// tokenizer.ggml.tokens: the vocabulary's texts (its size bounds every id).
+void read_tokens(const Reader& r, Vocab& v) {
   const Value* tokens = r.array(
       kTokens, 0, [](ValueType t) { return t == ValueType::STRING; }, "strings");
   if (tokens == nullptr) {
@@ -142,11 +140,14 @@ Vocab vocab_from_gguf(const gguf::File& f) {
     throw r.error(kTokens,
                   fmt::format("has {} entries, more than ids can count", tokens->arr.size()));
   }
-  const size_t n = tokens->arr.size();
-  const auto n_vocab = static_cast<int32_t>(n);
-  v.tokens.reserve(n);
+  v.tokens.reserve(tokens->arr.size());
   for (const Value& e : tokens->arr) v.tokens.push_back(e.s);
+}
 
+// Scores, token types and merges: arrays of one entry a token (merges: any
+// number).
+void read_token_arrays(const Reader& r, Vocab& v) {
+  const size_t n = v.tokens.size();
   if (const Value* s = r.array("tokenizer.ggml.scores", n, is_score_type, "float32")) {
     v.scores.reserve(n);
     for (const Value& e : s->arr) {
@@ -178,7 +179,12 @@ Vocab vocab_from_gguf(const gguf::File& f) {
     v.merges.reserve(m->arr.size());
     for (const Value& e : m->arr) v.merges.push_back(e.s);
   }
+}
 
+// The special ids: llama.cpp's per-model defaults, then the file's keys.
+// Returns whether the file names eot and eom itself.
+std::pair<bool, bool> read_special_ids(const Reader& r, const gguf::File& f, Vocab& v) {
+  const auto n_vocab = static_cast<int32_t>(v.tokens.size());
   // Per-model defaults, as llama.cpp's loader; a default id outside the
   // vocabulary is dropped.
   const auto default_id = [n_vocab](TokenId id) { return id < n_vocab ? id : -1; };
@@ -218,10 +224,13 @@ Vocab vocab_from_gguf(const gguf::File& f) {
   if (auto b = f.opt_bool("tokenizer.ggml.add_bos_token")) v.add_bos = *b;
   if (auto b = f.opt_bool("tokenizer.ggml.add_eos_token")) v.add_eos = *b;
   if (auto b = f.opt_bool("tokenizer.ggml.add_space_prefix")) v.add_space_prefix = *b;
+  return {has_eot, has_eom};
+}
 
-  // End-of-turn tokens by text (llama.cpp's workaround for converters that
-  // do not write eot/eom ids). Like llama.cpp, such a token becomes Control
-  // so that it is hidden in output and matched only with parse_special.
+// End-of-turn tokens by text (llama.cpp's workaround for converters that
+// do not write eot/eom ids). Like llama.cpp, such a token becomes Control
+// so that it is hidden in output and matched only with parse_special.
+void mark_end_of_turn(Vocab& v, bool has_eot, bool has_eom) {
   const auto make_control = [&v](TokenId id) {
     v.types[static_cast<size_t>(id)] = TokenType::Control;
   };
@@ -237,9 +246,12 @@ Vocab vocab_from_gguf(const gguf::File& f) {
     v.extra_eog.push_back(id);
     make_control(id);
   }
+}
 
-  // Phi-3 special tokens swallow the whitespace after them (llama.cpp keys
-  // this on general.name).
+// Phi-3 special tokens swallow the whitespace after them (llama.cpp keys
+// this on general.name).
+void phi3_rstrip(const gguf::File& f, Vocab& v) {
+  const size_t n = v.tokens.size();
   std::string name = f.opt_string("general.name").value_or("");
   std::transform(name.begin(), name.end(), name.begin(),
                  [](char c) { return static_cast<char>(std::tolower(static_cast<uint8_t>(c))); });
@@ -256,6 +268,20 @@ Vocab vocab_from_gguf(const gguf::File& f) {
       }
     }
   }
+}
+
+}  // namespace
+
+Vocab vocab_from_gguf(const gguf::File& f) {
+  const Reader r(f);
+  Vocab v;
+  v.source = f.path();
+  read_model(r, f, v);
+  read_tokens(r, v);
+  read_token_arrays(r, v);
+  const auto [has_eot, has_eom] = read_special_ids(r, f, v);
+  mark_end_of_turn(v, has_eot, has_eom);
+  phi3_rstrip(f, v);
   return v;
 }
 
