@@ -428,6 +428,29 @@ std::vector<TokenId> Engine::tokenize(std::string_view text) const {
 
 // ---- Handles --------------------------------------------------------------------------------
 
+// What the scheduler thread hands over (job.h): the handle below takes it.
+void RequestShared::push(Event e) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(std::move(e));
+  }
+  cv.notify_all();
+}
+
+void RequestShared::finish(Response r) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    response = std::move(r);
+    if (stream) {
+      Event e;
+      e.kind = Event::Kind::Done;
+      events.push_back(std::move(e));
+    }
+    done = true;
+  }
+  cv.notify_all();
+}
+
 RequestHandle::RequestHandle(std::shared_ptr<RequestShared> shared) : shared_(std::move(shared)) {}
 RequestHandle::RequestHandle(RequestHandle&&) noexcept = default;
 

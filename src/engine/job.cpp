@@ -44,30 +44,6 @@ std::string output_hash(const std::vector<TokenId>& ids) {
   return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
 }
 
-// ---- RequestShared ---------------------------------------------------------------
-
-void RequestShared::push(Event e) {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    events.push_back(std::move(e));
-  }
-  cv.notify_all();
-}
-
-void RequestShared::finish(Response r) {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    response = std::move(r);
-    if (stream) {
-      Event e;
-      e.kind = Event::Kind::Done;
-      events.push_back(std::move(e));
-    }
-    done = true;
-  }
-  cv.notify_all();
-}
-
 // ---- Job ----------------------------------------------------------------------------
 
 size_t Job::n_active() const {
