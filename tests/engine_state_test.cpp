@@ -87,6 +87,28 @@ class EngineState : public ::testing::Test {
 };
 std::shared_ptr<const gguf::File>* EngineState::file_ = nullptr;
 
+// A generation that ends on the token it drew from the prompt's logits
+// (max_tokens 1) never forks the prompt's KV into its samples; its prompt
+// blocks are still written, and a new engine restores them. Without persist
+// nothing is written.
+TEST_F(EngineState, AGenerationOfOneTokenStillSavesItsPromptBlocks) {
+  for (const bool persist : {true, false}) {
+    test::TempDir d;
+    Request r = request2(prompt_of(40, 3), 5, 1);
+    r.persist = persist;
+    {
+      auto e = open(d.file("state"));
+      const Response a = e->run(r);
+      ASSERT_EQ(a.status, Response::Status::Ok) << a.error;
+      EXPECT_EQ(a.samples[0].ids.size(), 1u);
+      e->drain();
+      EXPECT_EQ(e->stats().blocks_saved, persist ? 2 : 0);
+    }
+    const Response b = open(d.file("state"))->run(r);
+    EXPECT_EQ(b.usage.restored_tokens, persist ? 32 : 0) << "persist " << persist;
+  }
+}
+
 TEST_F(EngineState, ASessionContinuesExactlyInANewEngine) {
   const Request whole = request2(prompt_of(37, 1), 11, 40);
   const Response want = open("")->run(whole);
