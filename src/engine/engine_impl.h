@@ -68,6 +68,9 @@ struct Engine::Impl {
   void publish_stats();
   // Validates and tokenizes a request into a Job (caller's thread).
   std::unique_ptr<Job> make_job(Request r);
+  // Its parts (submit.cpp): the prompt's ids; the samples.
+  std::vector<TokenId> prompt_of(Request& r, Response* resp);
+  void make_samples(Job& job, Request& r);
   // What continuing a session found (see submit.cpp).
   struct SessionStart {
     bool found = false;

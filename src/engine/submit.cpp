@@ -107,6 +107,56 @@ void validate_counts(const Request& r, int n_vocab) {
   }
 }
 
+// Fails now rather than halfway through the output: the request must fit
+// the KV pool on its own.
+void check_fits_pool(const Request& r, int64_t p, int32_t n_ctx, const KvBlockPool& pool) {
+  if (!r.resume.empty() && r.resume.size() != static_cast<size_t>(r.n)) {
+    throw InvalidArgument(fmt::format("resume: {} sample states but the request asks for n = {}",
+                                      r.resume.size(), r.n));
+  }
+  // Alone in the pool, each sample may fill the context unless max_tokens
+  // bounds it; the prompt's full blocks are shared.
+  const int64_t bt = pool.layout().block_tokens;
+  int64_t need_blocks = p / bt;
+  for (int i = 0; i < r.n; ++i) {
+    const SampleState* st = r.resume.empty() ? nullptr : &r.resume[static_cast<size_t>(i)];
+    if (st && st->finished) continue;  // nothing more to do: no KV
+    const int64_t done = st ? static_cast<int64_t>(st->ids.size()) : 0;
+    if (p + done > n_ctx) {
+      throw InvalidArgument(
+          fmt::format("resume[{}]: prompt ({}) + generated ({}) tokens exceed the context size {}",
+                      i, p, done, n_ctx));
+    }
+    int64_t tokens = n_ctx;
+    if (r.max_tokens >= 0) tokens = std::min<int64_t>(n_ctx, p + done + r.max_tokens);
+    need_blocks += blocks_for(tokens, bt) - p / bt;
+  }
+  if (need_blocks > pool.n_blocks()) {
+    throw ResourceExhausted(fmt::format(
+        "the KV cache holds {} tokens ({} blocks of {}) but this request ({} sample(s), context "
+        "size {}) may need {} blocks: raise the KV cache budget, lower the context size, "
+        "max_tokens or n",
+        static_cast<int64_t>(pool.n_blocks()) * bt, pool.n_blocks(), bt, r.n, n_ctx, need_blocks));
+  }
+}
+
+// What the session record keeps of the request (no prompt text).
+void keep_for_session(Job& job, const Request& r, Engine::Impl::SessionStart& start) {
+  if (r.session.empty()) return;
+  job.saved.sampling = r.sampling;
+  job.saved.n = r.n;
+  job.saved.logprobs = r.logprobs;
+  job.saved.stop = r.stop;
+  job.saved.ignore_eos = r.ignore_eos;
+  job.saved.messages = r.messages;  // the answer is added when it is known
+  job.saved.chat_template = r.chat_template;
+  if (start.continues_answer) {
+    job.saved.messages = std::move(start.history);
+    job.saved.chat_template = std::move(start.chat_template);
+    job.continues_answer = true;
+  }
+}
+
 }  // namespace
 
 // A request naming a saved session: without a prompt it becomes that
@@ -181,20 +231,10 @@ Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   return start;
 }
 
-std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
-  const int n_vocab = info.n_vocab;
-  const int32_t n_ctx = info.n_ctx;
-  validate_counts(r, n_vocab);
-  auto job = std::make_unique<Job>();
-  Response& resp = job->response;
-  SessionStart start;
-  if (!r.session.empty()) {
-    start = continue_session(r);
-    resp.session_found = start.found;
-    if (start.found) validate_counts(r, n_vocab);  // a stored request is checked like any
-  }
-
-  // The prompt: text, ids or messages.
+// The prompt's ids, from text, ids or messages (rendered with the chat
+// template), checked against the vocabulary and the context.
+std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
+  std::vector<TokenId> prompt;
   const bool chat = !r.messages.empty() || !r.chat_template.empty();
   if (int{!r.prompt.empty()} + int{!r.prompt_ids.empty()} + int{!r.messages.empty()} > 1) {
     throw InvalidArgument("prompt: give the prompt as text, as ids or as messages, not several");
@@ -223,110 +263,90 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
             fmt::format("{}: tokenizer.chat_template: {}", info.model_path, e.what()));
       }
     }
-    resp.chat_template = std::string(chat_template_name(family));
+    resp->chat_template = std::string(chat_template_name(family));
     // Rendered without BOS (the tokenizer adds it per add_bos) and tokenized
     // with special tokens parsed only in the template's own text: message
     // content is plain text, whatever it spells (chat_template.h).
     const RenderedChat rendered = render_chat_prompt(family, r.messages, true, tokenizer->vocab());
-    job->prompt =
-        encode_prompt(*tokenizer, rendered.text, true, &rendered.template_ranges, &resp.notes);
+    prompt =
+        encode_prompt(*tokenizer, rendered.text, true, &rendered.template_ranges, &resp->notes);
   } else if (!r.prompt_ids.empty()) {
     for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
-      if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= n_vocab) {
+      if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= info.n_vocab) {
         throw InvalidArgument(
             fmt::format("prompt_ids[{}]: token id {} is outside the vocabulary "
                         "[0, {})",
-                        i, r.prompt_ids[i], n_vocab));
+                        i, r.prompt_ids[i], info.n_vocab));
       }
     }
-    job->prompt = std::move(r.prompt_ids);
+    prompt = std::move(r.prompt_ids);
   } else {
-    job->prompt = encode_prompt(*tokenizer, r.prompt, r.parse_special, nullptr, &resp.notes);
+    prompt = encode_prompt(*tokenizer, r.prompt, r.parse_special, nullptr, &resp->notes);
   }
-  const std::vector<TokenId>& prompt = job->prompt;
   const auto p = static_cast<int64_t>(prompt.size());
-  if (p > n_ctx) {
+  if (p > info.n_ctx) {
     throw InvalidArgument(fmt::format(
         "prompt: {} tokens but the context size is {}: shorten the prompt or raise the context "
         "size",
-        p, n_ctx));
+        p, info.n_ctx));
   }
-  if (!r.resume.empty() && r.resume.size() != static_cast<size_t>(r.n)) {
-    throw InvalidArgument(fmt::format("resume: {} sample states but the request asks for n = {}",
-                                      r.resume.size(), r.n));
-  }
+  return prompt;
+}
 
-  // Fail now rather than halfway through the output: alone in the pool, each
-  // sample may fill the context unless max_tokens bounds it; the prompt's
-  // full blocks are shared.
-  const int64_t bt = pool->layout().block_tokens;
-  int64_t need_blocks = p / bt;
-  for (int i = 0; i < r.n; ++i) {
-    const SampleState* st = r.resume.empty() ? nullptr : &r.resume[static_cast<size_t>(i)];
-    if (st && st->finished) continue;  // nothing more to do: no KV
-    const int64_t done = st ? static_cast<int64_t>(st->ids.size()) : 0;
-    if (p + done > n_ctx) {
-      throw InvalidArgument(
-          fmt::format("resume[{}]: prompt ({}) + generated ({}) tokens exceed the context size {}",
-                      i, p, done, n_ctx));
-    }
-    int64_t tokens = n_ctx;
-    if (r.max_tokens >= 0) tokens = std::min<int64_t>(n_ctx, p + done + r.max_tokens);
-    need_blocks += blocks_for(tokens, bt) - p / bt;
-  }
-  if (need_blocks > pool->n_blocks()) {
-    throw ResourceExhausted(fmt::format(
-        "the KV cache holds {} tokens ({} blocks of {}) but this request ({} sample(s), context "
-        "size {}) may need {} blocks: raise the KV cache budget, lower the context size, "
-        "max_tokens or n",
-        static_cast<int64_t>(pool->n_blocks()) * bt, pool->n_blocks(), bt, r.n, n_ctx,
-        need_blocks));
-  }
-
+// The samples' samplers (the seed drawn if none was given), decoders and
+// stop strings, fresh or restored from the request's resume states.
+void Engine::Impl::make_samples(Job& job, Request& r) {
+  const std::vector<TokenId>& prompt = job.prompt;
+  const auto p = static_cast<int64_t>(prompt.size());
   if (!r.seed) {
     r.seed = entropy_seed();
     ++seeds_drawn;
   }
   SamplingParams sp = r.sampling;
-  if (sp.repeat_last_n < 0) sp.repeat_last_n = n_ctx;
+  if (sp.repeat_last_n < 0) sp.repeat_last_n = info.n_ctx;
   // The SPM dummy-prefix space of the first generated piece is dropped when
   // the prompt is BOS only, as llama.cpp renders it.
   const bool strip = p == 1 && prompt[0] == tokenizer->vocab().bos;
-  job->samples.resize(static_cast<size_t>(r.n));
+  job.samples.resize(static_cast<size_t>(r.n));
   for (int i = 0; i < r.n; ++i) {
-    SampleRun& s = job->samples[static_cast<size_t>(i)];
+    SampleRun& s = job.samples[static_cast<size_t>(i)];
     s.sampler = std::make_unique<Sampler>(sp, *r.seed, static_cast<uint32_t>(i), info.isa);
     s.decoder = std::make_unique<StreamDecoder>(*tokenizer, strip);
     s.stop = StopText(r.stop);
     if (r.resume.empty()) {
       s.sampler->accept_prompt(prompt);
     } else {
-      restore_sample(s, r.resume[static_cast<size_t>(i)], i, prompt, n_vocab);
+      restore_sample(s, r.resume[static_cast<size_t>(i)], i, prompt, info.n_vocab);
     }
   }
+}
+
+std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
+  validate_counts(r, info.n_vocab);
+  auto job = std::make_unique<Job>();
+  Response& resp = job->response;
+  SessionStart start;
+  if (!r.session.empty()) {
+    start = continue_session(r);
+    resp.session_found = start.found;
+    if (start.found) validate_counts(r, info.n_vocab);  // a stored request is checked like any
+  }
+  job->prompt = prompt_of(r, &resp);
+  const std::vector<TokenId>& prompt = job->prompt;
+  const auto p = static_cast<int64_t>(prompt.size());
+  check_fits_pool(r, p, info.n_ctx, *pool);
+  make_samples(*job, r);
 
   job->priority = r.priority;
   job->tenant = r.tenant;
   job->session = r.session;
   job->persist = r.persist || !r.session.empty();
-  if (!r.session.empty()) {  // what the session record keeps of the request
-    job->saved.sampling = r.sampling;
-    job->saved.n = r.n;
-    job->saved.logprobs = r.logprobs;
-    job->saved.stop = r.stop;
-    job->saved.ignore_eos = r.ignore_eos;
-    job->saved.messages = r.messages;  // the answer is added when it is known
-    job->saved.chat_template = r.chat_template;
-    if (start.continues_answer) {
-      job->saved.messages = std::move(start.history);
-      job->saved.chat_template = std::move(start.chat_template);
-      job->continues_answer = true;
-    }
-  }
+  keep_for_session(*job, r, start);
   job->max_tokens = r.max_tokens;
   job->logprobs = r.logprobs;
   job->ignore_eos = r.ignore_eos;
   job->root = prefix_root(info.system_fingerprint, r.tenant);
+  const int64_t bt = pool->layout().block_tokens;
   for (int64_t b = 0; b < p / bt; ++b) {
     job->prompt_hashes.push_back(
         block_hash(b == 0 ? job->root : job->prompt_hashes.back(),
