@@ -234,6 +234,72 @@ RunState load_run_state(const std::string& path) {
   return parse_run_state(ss.str(), where);
 }
 
+namespace {
+
+// The "request" object: what a continuation reuses of the request.
+void parse_saved_request(const Json& req, const std::string& where, Request& r) {
+  r.sampling =
+      sampling_from(get<Json>(req, "sampling", where + ": request"), where + ": request.sampling");
+  r.n = get<int32_t>(req, "n", where + ": request");
+  r.logprobs = get<int32_t>(req, "logprobs", where + ": request");
+  r.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
+  // Written by later builds only; absent means false.
+  if (req.contains("ignore_eos")) r.ignore_eos = get<bool>(req, "ignore_eos", where + ": request");
+  if (req.contains("messages")) {
+    const Json msgs = get<Json>(req, "messages", where + ": request");
+    if (!msgs.is_array() || msgs.size() > kMaxMessages) {
+      throw InvalidArgument(
+          fmt::format("{}: request.messages must be an array of at most {}", where, kMaxMessages));
+    }
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const std::string w = fmt::format("{}: request.messages[{}]", where, i);
+      r.messages.push_back(
+          {get<std::string>(msgs[i], "role", w), get<std::string>(msgs[i], "content", w)});
+    }
+    r.chat_template = get<std::string>(req, "chat_template", where + ": request");
+  }
+}
+
+// One entry of "samples": a sample's state after `n_prompt` prompt ids.
+SampleState parse_sample_state(const Json& o, const std::string& w, size_t n_prompt,
+                               int32_t n_ctx) {
+  SampleState st;
+  st.ids = get<std::vector<TokenId>>(o, "ids", w);
+  // A sample stops when its last token would not fit (finish "context"),
+  // so it holds at most n_ctx - prompt + 1 ids.
+  if (n_prompt + st.ids.size() > static_cast<size_t>(n_ctx) + 1) {
+    throw InvalidArgument(
+        fmt::format("{}: {} ids after a {}-token prompt exceed the context size n_ctx = {}", w,
+                    st.ids.size(), n_prompt, n_ctx));
+  }
+  st.sampler.t = get<uint64_t>(o, "t", w);
+  st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
+  try {
+    st.held_text = from_hex(get<std::string>(o, "held_text_hex", w));
+    st.decoder_pending = from_hex(get<std::string>(o, "decoder_pending_hex", w));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
+  }
+  st.held_shown = get<size_t>(o, "held_shown", w);
+  st.decoder_strip_pending = get<bool>(o, "decoder_strip_pending", w);
+  if (!o.contains("finished")) throw InvalidArgument(w + ": missing field 'finished'");
+  if (!o["finished"].is_null()) {
+    try {
+      st.finished = finish_reason_from_name(get<std::string>(o, "finished", w));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
+    }
+    if (*st.finished == FinishReason::Length) {
+      throw InvalidArgument(w +
+                            ": finished = \"length\" is never saved (a sample that reached "
+                            "-n can continue): use null");
+    }
+  }
+  return st;
+}
+
+}  // namespace
+
 RunState parse_run_state(std::string_view text, const std::string& where) {
   Json j;
   try {
@@ -263,27 +329,7 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
                                       where, r.prompt_ids.size(), s.n_ctx));
   }
   r.seed = get<uint64_t>(j, "seed", where);
-  const Json req = get<Json>(j, "request", where);
-  r.sampling =
-      sampling_from(get<Json>(req, "sampling", where + ": request"), where + ": request.sampling");
-  r.n = get<int32_t>(req, "n", where + ": request");
-  r.logprobs = get<int32_t>(req, "logprobs", where + ": request");
-  r.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
-  // Written by later builds only; absent means false.
-  if (req.contains("ignore_eos")) r.ignore_eos = get<bool>(req, "ignore_eos", where + ": request");
-  if (req.contains("messages")) {
-    const Json msgs = get<Json>(req, "messages", where + ": request");
-    if (!msgs.is_array() || msgs.size() > kMaxMessages) {
-      throw InvalidArgument(
-          fmt::format("{}: request.messages must be an array of at most {}", where, kMaxMessages));
-    }
-    for (size_t i = 0; i < msgs.size(); ++i) {
-      const std::string w = fmt::format("{}: request.messages[{}]", where, i);
-      r.messages.push_back(
-          {get<std::string>(msgs[i], "role", w), get<std::string>(msgs[i], "content", w)});
-    }
-    r.chat_template = get<std::string>(req, "chat_template", where + ": request");
-  }
+  parse_saved_request(get<Json>(j, "request", where), where, r);
   const Json samples = get<Json>(j, "samples", where);
   if (r.n < 1 || r.n > kMaxSamples) {
     throw InvalidArgument(fmt::format("{}: n = {} must be in [1, {}]", where, r.n, kMaxSamples));
@@ -294,40 +340,7 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
   }
   for (size_t i = 0; i < samples.size(); ++i) {
     const std::string w = fmt::format("{}: samples[{}]", where, i);
-    const Json& o = samples[i];
-    SampleState st;
-    st.ids = get<std::vector<TokenId>>(o, "ids", w);
-    // A sample stops when its last token would not fit (finish "context"),
-    // so it holds at most n_ctx - prompt + 1 ids.
-    if (r.prompt_ids.size() + st.ids.size() > static_cast<size_t>(s.n_ctx) + 1) {
-      throw InvalidArgument(
-          fmt::format("{}: {} ids after a {}-token prompt exceed the context size n_ctx = {}", w,
-                      st.ids.size(), r.prompt_ids.size(), s.n_ctx));
-    }
-    st.sampler.t = get<uint64_t>(o, "t", w);
-    st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
-    try {
-      st.held_text = from_hex(get<std::string>(o, "held_text_hex", w));
-      st.decoder_pending = from_hex(get<std::string>(o, "decoder_pending_hex", w));
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
-    }
-    st.held_shown = get<size_t>(o, "held_shown", w);
-    st.decoder_strip_pending = get<bool>(o, "decoder_strip_pending", w);
-    if (!o.contains("finished")) throw InvalidArgument(w + ": missing field 'finished'");
-    if (!o["finished"].is_null()) {
-      try {
-        st.finished = finish_reason_from_name(get<std::string>(o, "finished", w));
-      } catch (const InvalidArgument& e) {
-        throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
-      }
-      if (*st.finished == FinishReason::Length) {
-        throw InvalidArgument(w +
-                              ": finished = \"length\" is never saved (a sample that reached "
-                              "-n can continue): use null");
-      }
-    }
-    r.resume.push_back(std::move(st));
+    r.resume.push_back(parse_sample_state(samples[i], w, r.prompt_ids.size(), s.n_ctx));
   }
   return s;
 }
