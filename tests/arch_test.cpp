@@ -41,6 +41,23 @@ std::string load_error(const std::vector<uint8_t>& bytes) {
   return "<loaded>";
 }
 
+// The load error of `good` without tensor `name`.
+std::string without_tensor(const std::vector<uint8_t>& good, const std::string& name) {
+  return load_error(edited(good, {.keep_tensor = [&](const std::string& t) { return t != name; }}));
+}
+
+// The load error of `good` with tensor `name` replaced by an F32 vector of
+// `values`.
+std::string with_tensor_replaced(const std::vector<uint8_t>& good, const std::string& name,
+                                 const std::vector<float>& values) {
+  return load_error(edited(good, {.keep_tensor = [&](const std::string& t) { return t != name; },
+                                  .extra =
+                                      [&](gguf::Writer& w) {
+                                        w.add_tensor(name, DType::F32, {values.size()},
+                                                     f32_bytes(values));
+                                      }}));
+}
+
 TEST(Arch, SupportedArchitecturesAreListed) {
   EXPECT_EQ(supported_architectures(), (std::vector<std::string>{"llama", "qwen2", "qwen3"}));
   const std::string err =
@@ -234,20 +251,14 @@ TEST(Arch, SynthRefusesAnArchThatIsNotThePresets) {
 TEST(ArchErrors, Qwen2WithoutABiasNamesTheTensor) {
   const std::vector<uint8_t> good = synth_bytes("tiny-qwen2");
   for (const char* name : {"blk.0.attn_q.bias", "blk.1.attn_k.bias", "blk.1.attn_v.bias"}) {
-    const std::string err =
-        load_error(edited(good, {.keep_tensor = [&](const std::string& t) { return t != name; }}));
+    const std::string err = without_tensor(good, name);
     EXPECT_NE(err.find(std::string("synthetic.gguf: missing tensor '") + name + "'"),
               std::string::npos)
         << err;
   }
   // A bias of the wrong length.
-  const std::string err = load_error(
-      edited(good, {.keep_tensor = [](const std::string& t) { return t != "blk.0.attn_k.bias"; },
-                    .extra =
-                        [](gguf::Writer& w) {
-                          w.add_tensor("blk.0.attn_k.bias", DType::F32, {256},
-                                       f32_bytes(std::vector<float>(256, 0.0f)));
-                        }}));
+  const std::string err =
+      with_tensor_replaced(good, "blk.0.attn_k.bias", std::vector<float>(256, 0.0f));
   EXPECT_NE(err.find("tensor 'blk.0.attn_k.bias' has shape [256], expected [n_head_kv * "
                      "head_dim] = [64]"),
             std::string::npos)
@@ -256,19 +267,12 @@ TEST(ArchErrors, Qwen2WithoutABiasNamesTheTensor) {
 
 TEST(ArchErrors, Qwen3NormsUseTheHeadDim) {
   const std::vector<uint8_t> good = synth_bytes("tiny-qwen3");
-  std::string err = load_error(edited(
-      good, {.keep_tensor = [](const std::string& t) { return t != "blk.1.attn_k_norm.weight"; }}));
+  std::string err = without_tensor(good, "blk.1.attn_k_norm.weight");
   EXPECT_NE(err.find("synthetic.gguf: missing tensor 'blk.1.attn_k_norm.weight'"),
             std::string::npos)
       << err;
   // n_embd / n_head = 32 is not this model's head size.
-  err = load_error(edited(
-      good, {.keep_tensor = [](const std::string& t) { return t != "blk.0.attn_q_norm.weight"; },
-             .extra =
-                 [](gguf::Writer& w) {
-                   w.add_tensor("blk.0.attn_q_norm.weight", DType::F32, {32},
-                                f32_bytes(std::vector<float>(32, 1.0f)));
-                 }}));
+  err = with_tensor_replaced(good, "blk.0.attn_q_norm.weight", std::vector<float>(32, 1.0f));
   EXPECT_NE(err.find("tensor 'blk.0.attn_q_norm.weight' has shape [32], expected [head_dim] = "
                      "[96]"),
             std::string::npos)
@@ -300,13 +304,8 @@ TEST(ArchErrors, ExtraTensorsOfAnotherVariantAreRefused) {
 
 TEST(ArchErrors, BadRopeFreqsAreRefused) {
   const std::vector<uint8_t> good = synth_bytes("tiny-llama3");
-  const auto with_freqs = [&](std::vector<float> f) {
-    return load_error(
-        edited(good, {.keep_tensor = [](const std::string& t) { return t != "rope_freqs.weight"; },
-                      .extra =
-                          [&](gguf::Writer& w) {
-                            w.add_tensor("rope_freqs.weight", DType::F32, {f.size()}, f32_bytes(f));
-                          }}));
+  const auto with_freqs = [&](const std::vector<float>& f) {
+    return with_tensor_replaced(good, "rope_freqs.weight", f);
   };
   std::vector<float> f(32, 1.0f);
   EXPECT_EQ(with_freqs(f), "<loaded>");
