@@ -20,16 +20,19 @@ namespace {
 using test::Ids;
 using test::valid_utf8;
 
-// Random valid UTF-8: mostly ASCII words and whitespace, with Latin, Cyrillic,
+// What the random texts of DecodeInvertsEncode are made of, each kind
+// equally likely: mostly ASCII words and whitespace, with Latin, Cyrillic,
 // CJK, emoji and arbitrary scalar values mixed in.
-std::string random_utf8(std::mt19937* rng) {
-  const test::CodePointDraw ascii = test::code_points(0x20, 0x7E);
-  return test::random_utf8(
-      rng, 40,
-      {test::one_of(" \n\t"), test::code_points(0xA0, 0x24F), test::code_points(0x400, 0x4FF),
-       test::code_points(0x4E00, 0x9FFF), test::code_points(0x1F300, 0x1FAFF), test::any_scalar(),
-       ascii, ascii, ascii, ascii});
-}
+const std::vector<test::CodePointDraw> kRandomText = {test::one_of(" \n\t"),
+                                                      test::code_points(0xA0, 0x24F),
+                                                      test::code_points(0x400, 0x4FF),
+                                                      test::code_points(0x4E00, 0x9FFF),
+                                                      test::code_points(0x1F300, 0x1FAFF),
+                                                      test::any_scalar(),
+                                                      test::printable_ascii(),
+                                                      test::printable_ascii(),
+                                                      test::printable_ascii(),
+                                                      test::printable_ascii()};
 
 struct VocabCase {
   const char* path;  // relative to the shared folder
@@ -49,7 +52,7 @@ TEST_P(TokenizerData, DecodeInvertsEncode) {
   }
   std::mt19937 rng(1234);
   for (int k = 0; k < 500; ++k) {
-    const std::string s = random_utf8(&rng);
+    const std::string s = test::random_utf8(&rng, 40, kRandomText);
     EXPECT_EQ(tok_->decode(encode(s), false, true), s) << "\"" << escaped(s) << "\"";
   }
 }
@@ -111,40 +114,48 @@ INSTANTIATE_TEST_SUITE_P(Spm, TokenizerData,
                            return test::param_name(path.substr(path.rfind('/') + 1));
                          });
 
-std::unique_ptr<Tokenizer> stories_tokenizer(const std::string& path) {
-  return Tokenizer::create(vocab_from_gguf(gguf::File::open(path)));
-}
+// The stories260K tokenizer, checked against llama.cpp's JSON files beside
+// the model.
+class TokenizerStories260K : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
+    tok_ = Tokenizer::create(vocab_from_gguf(gguf::File::open(model)));
+  }
+  // Reads the "cases" of the JSON file `rel` of the shared folder into
+  // cases_; fails (or skips) the test when the file is missing or has none.
+  void load_cases(const std::string& rel) {
+    ENCORE_SHARED_FILE(path, rel);
+    cases_ = nlohmann::json::parse(slurp(path))["cases"];
+    ASSERT_FALSE(cases_.empty());
+  }
+
+  std::unique_ptr<Tokenizer> tok_;
+  nlohmann::json cases_;
+};
 
 // Strings where llama.cpp and SentencePiece disagree: we follow llama.cpp.
-TEST(TokenizerStories260K, WhitespaceCasesFollowLlamaCpp) {
-  ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
-  ENCORE_SHARED_FILE(diffs, "models/stories260K.tokenizer-whitespace-diffs.json");
-  const auto tok = stories_tokenizer(model);
-  const nlohmann::json j = nlohmann::json::parse(slurp(diffs));
-  ASSERT_FALSE(j["cases"].empty());
-  for (const auto& c : j["cases"]) {
+TEST_F(TokenizerStories260K, WhitespaceCasesFollowLlamaCpp) {
+  load_cases("models/stories260K.tokenizer-whitespace-diffs.json");
+  for (const auto& c : cases_) {
     const std::string text = c["text"];
-    EXPECT_EQ(tok->encode(text, {}), c["llama_cpp"].get<Ids>()) << "\"" << escaped(text) << "\"";
+    EXPECT_EQ(tok_->encode(text, {}), c["llama_cpp"].get<Ids>()) << "\"" << escaped(text) << "\"";
   }
 }
 
 // The prompts and generated text of llama.cpp's reference generations: the
 // prompt ids (with BOS) and the detokenized text (llama.cpp's pieces,
 // concatenated without stripping) must match.
-TEST(TokenizerStories260K, ReferencePromptsAndTextMatchLlamaCpp) {
-  ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
-  ENCORE_SHARED_FILE(expected, "models/stories260K.expected.json");
-  const auto tok = stories_tokenizer(model);
-  const nlohmann::json j = nlohmann::json::parse(slurp(expected));
-  ASSERT_FALSE(j["cases"].empty());
-  for (const auto& c : j["cases"]) {
+TEST_F(TokenizerStories260K, ReferencePromptsAndTextMatchLlamaCpp) {
+  load_cases("models/stories260K.expected.json");
+  for (const auto& c : cases_) {
     Tokenizer::EncodeOptions o;
-    o.add_bos = tok->vocab().add_bos;
+    o.add_bos = tok_->vocab().add_bos;
     const std::string prompt = c["prompt"];
-    EXPECT_EQ(tok->encode(prompt, o), c["prompt_ids"].get<Ids>()) << "\"" << prompt << "\"";
+    EXPECT_EQ(tok_->encode(prompt, o), c["prompt_ids"].get<Ids>()) << "\"" << prompt << "\"";
     const Ids ids = c["ids"].get<Ids>();
-    EXPECT_EQ(tok->decode(ids), c["text"].get<std::string>()) << "\"" << prompt << "\"";
-    StreamDecoder d(*tok);
+    EXPECT_EQ(tok_->decode(ids), c["text"].get<std::string>()) << "\"" << prompt << "\"";
+    StreamDecoder d(*tok_);
     EXPECT_EQ(test::stream_all(&d, ids), c["text"].get<std::string>());
   }
 }

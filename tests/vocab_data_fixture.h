@@ -95,6 +95,9 @@ inline CodePointDraw always(uint32_t cp) {
   return [cp](std::mt19937*) { return cp; };
 }
 
+// A printable ASCII character (space to '~').
+inline CodePointDraw printable_ascii() { return code_points(0x20, 0x7E); }
+
 // Any Unicode scalar value but NUL.
 inline CodePointDraw any_scalar() {
   return [](std::mt19937* rng) {
