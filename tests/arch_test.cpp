@@ -102,19 +102,33 @@ TEST(Arch, PresetsAreListedSmallFirst) {
   }
 }
 
+// What tells the architectures' attention apart, as a preset must load it.
+struct Attention {
+  std::string arch;
+  int n_embd, n_head, n_head_kv, head_dim, n_rot;
+  RopeLayout rope_layout;
+  bool qkv_bias, qk_norm, tied_output;
+};
+
+void expect_attention(const HParams& hp, const Attention& want) {
+  EXPECT_EQ(hp.arch, want.arch);
+  EXPECT_EQ(hp.n_embd, want.n_embd) << want.arch;
+  EXPECT_EQ(hp.n_head, want.n_head) << want.arch;
+  EXPECT_EQ(hp.n_head_kv, want.n_head_kv) << want.arch;
+  EXPECT_EQ(hp.head_dim, want.head_dim) << want.arch;
+  EXPECT_EQ(hp.n_rot, want.n_rot) << want.arch;
+  EXPECT_EQ(hp.rope_layout, want.rope_layout) << want.arch;
+  EXPECT_EQ(hp.has_qkv_bias, want.qkv_bias) << want.arch;
+  EXPECT_EQ(hp.has_qk_norm, want.qk_norm) << want.arch;
+  EXPECT_EQ(hp.tied_output, want.tied_output) << want.arch;
+}
+
 TEST(Arch, TinyQwen2Loads) {
   const Loaded m(synth_bytes("tiny-qwen2"));
   const HParams& hp = m.hp();
-  EXPECT_EQ(hp.arch, "qwen2");
-  EXPECT_EQ(hp.n_embd, 256);
-  EXPECT_EQ(hp.n_head, 8);
-  EXPECT_EQ(hp.n_head_kv, 2);
-  EXPECT_EQ(hp.head_dim, 32);
-  EXPECT_EQ(hp.n_rot, 32);
-  EXPECT_EQ(hp.rope_layout, RopeLayout::NeoX);
-  EXPECT_TRUE(hp.has_qkv_bias);
-  EXPECT_FALSE(hp.has_qk_norm);
-  EXPECT_TRUE(hp.tied_output);
+  // n_embd, n_head, n_head_kv, head_dim, n_rot
+  expect_attention(hp, {"qwen2", 256, 8, 2, 32, 32, RopeLayout::NeoX, /*qkv_bias=*/true,
+                        /*qk_norm=*/false, /*tied_output=*/true});
   EXPECT_FLOAT_EQ(hp.rope_freq_base, 1e6f);
   EXPECT_FLOAT_EQ(hp.rope_freq_scale, 1.0f);
   EXPECT_FLOAT_EQ(hp.rms_eps, 1e-6f);
@@ -137,16 +151,9 @@ TEST(Arch, TinyQwen2Loads) {
 TEST(Arch, TinyQwen3LoadsWithHeadsWiderThanEmbdOverHeads) {
   const Loaded m(synth_bytes("tiny-qwen3"));
   const HParams& hp = m.hp();
-  EXPECT_EQ(hp.arch, "qwen3");
-  EXPECT_EQ(hp.n_embd, 256);
-  EXPECT_EQ(hp.n_head, 8);
-  EXPECT_EQ(hp.n_head_kv, 4);
-  EXPECT_EQ(hp.head_dim, 96);  // not 256 / 8
-  EXPECT_EQ(hp.n_rot, 96);
-  EXPECT_EQ(hp.rope_layout, RopeLayout::NeoX);
-  EXPECT_FALSE(hp.has_qkv_bias);
-  EXPECT_TRUE(hp.has_qk_norm);
-  EXPECT_TRUE(hp.tied_output);
+  // n_embd, n_head, n_head_kv, head_dim (96, not 256 / 8), n_rot
+  expect_attention(hp, {"qwen3", 256, 8, 4, 96, 96, RopeLayout::NeoX, /*qkv_bias=*/false,
+                        /*qk_norm=*/true, /*tied_output=*/true});
   const KvLayout kv = kv_layout_for(hp, DType::F32);
   EXPECT_EQ(kv.head_dim, 96);
   EXPECT_EQ(kv.n_kv_heads, 4);
