@@ -202,17 +202,7 @@ void fuzz_text(uint8_t flags, std::string_view text) {
       text.find("<u>") == std::string_view::npos) {
     check(decoded == text);
   }
-  StreamDecoder d(tok, true);
-  std::string streamed;
-  for (TokenId id : ids) {
-    const std::string chunk = d.push(id);
-    check(valid_utf8(chunk));
-    streamed += chunk;
-  }
-  const std::string tail = d.finish();
-  check(valid_utf8(tail));
-  streamed += tail;
-  if (valid_utf8(decoded)) check(streamed == decoded);
+  check_stream(tok, ids, decoded);
 }
 
 void fuzz_gguf_vocab(std::vector<uint8_t> bytes) {

@@ -41,6 +41,23 @@ std::string load_error(const std::vector<uint8_t>& bytes) {
   return "<loaded>";
 }
 
+// The load error of `good` without tensor `name`.
+std::string without_tensor(const std::vector<uint8_t>& good, const std::string& name) {
+  return load_error(edited(good, {.keep_tensor = [&](const std::string& t) { return t != name; }}));
+}
+
+// The load error of `good` with tensor `name` replaced by an F32 vector of
+// `values`.
+std::string with_tensor_replaced(const std::vector<uint8_t>& good, const std::string& name,
+                                 const std::vector<float>& values) {
+  return load_error(edited(good, {.keep_tensor = [&](const std::string& t) { return t != name; },
+                                  .extra =
+                                      [&](gguf::Writer& w) {
+                                        w.add_tensor(name, DType::F32, {values.size()},
+                                                     f32_bytes(values));
+                                      }}));
+}
+
 TEST(Arch, SupportedArchitecturesAreListed) {
   EXPECT_EQ(supported_architectures(), (std::vector<std::string>{"llama", "qwen2", "qwen3"}));
   const std::string err =
@@ -85,19 +102,33 @@ TEST(Arch, PresetsAreListedSmallFirst) {
   }
 }
 
+// What tells the architectures' attention apart, as a preset must load it.
+struct Attention {
+  std::string arch;
+  int n_embd, n_head, n_head_kv, head_dim, n_rot;
+  RopeLayout rope_layout;
+  bool qkv_bias, qk_norm, tied_output;
+};
+
+void expect_attention(const HParams& hp, const Attention& want) {
+  EXPECT_EQ(hp.arch, want.arch);
+  EXPECT_EQ(hp.n_embd, want.n_embd) << want.arch;
+  EXPECT_EQ(hp.n_head, want.n_head) << want.arch;
+  EXPECT_EQ(hp.n_head_kv, want.n_head_kv) << want.arch;
+  EXPECT_EQ(hp.head_dim, want.head_dim) << want.arch;
+  EXPECT_EQ(hp.n_rot, want.n_rot) << want.arch;
+  EXPECT_EQ(hp.rope_layout, want.rope_layout) << want.arch;
+  EXPECT_EQ(hp.has_qkv_bias, want.qkv_bias) << want.arch;
+  EXPECT_EQ(hp.has_qk_norm, want.qk_norm) << want.arch;
+  EXPECT_EQ(hp.tied_output, want.tied_output) << want.arch;
+}
+
 TEST(Arch, TinyQwen2Loads) {
   const Loaded m(synth_bytes("tiny-qwen2"));
   const HParams& hp = m.hp();
-  EXPECT_EQ(hp.arch, "qwen2");
-  EXPECT_EQ(hp.n_embd, 256);
-  EXPECT_EQ(hp.n_head, 8);
-  EXPECT_EQ(hp.n_head_kv, 2);
-  EXPECT_EQ(hp.head_dim, 32);
-  EXPECT_EQ(hp.n_rot, 32);
-  EXPECT_EQ(hp.rope_layout, RopeLayout::NeoX);
-  EXPECT_TRUE(hp.has_qkv_bias);
-  EXPECT_FALSE(hp.has_qk_norm);
-  EXPECT_TRUE(hp.tied_output);
+  // n_embd, n_head, n_head_kv, head_dim, n_rot
+  expect_attention(hp, {"qwen2", 256, 8, 2, 32, 32, RopeLayout::NeoX, /*qkv_bias=*/true,
+                        /*qk_norm=*/false, /*tied_output=*/true});
   EXPECT_FLOAT_EQ(hp.rope_freq_base, 1e6f);
   EXPECT_FLOAT_EQ(hp.rope_freq_scale, 1.0f);
   EXPECT_FLOAT_EQ(hp.rms_eps, 1e-6f);
@@ -120,16 +151,9 @@ TEST(Arch, TinyQwen2Loads) {
 TEST(Arch, TinyQwen3LoadsWithHeadsWiderThanEmbdOverHeads) {
   const Loaded m(synth_bytes("tiny-qwen3"));
   const HParams& hp = m.hp();
-  EXPECT_EQ(hp.arch, "qwen3");
-  EXPECT_EQ(hp.n_embd, 256);
-  EXPECT_EQ(hp.n_head, 8);
-  EXPECT_EQ(hp.n_head_kv, 4);
-  EXPECT_EQ(hp.head_dim, 96);  // not 256 / 8
-  EXPECT_EQ(hp.n_rot, 96);
-  EXPECT_EQ(hp.rope_layout, RopeLayout::NeoX);
-  EXPECT_FALSE(hp.has_qkv_bias);
-  EXPECT_TRUE(hp.has_qk_norm);
-  EXPECT_TRUE(hp.tied_output);
+  // n_embd, n_head, n_head_kv, head_dim (96, not 256 / 8), n_rot
+  expect_attention(hp, {"qwen3", 256, 8, 4, 96, 96, RopeLayout::NeoX, /*qkv_bias=*/false,
+                        /*qk_norm=*/true, /*tied_output=*/true});
   const KvLayout kv = kv_layout_for(hp, DType::F32);
   EXPECT_EQ(kv.head_dim, 96);
   EXPECT_EQ(kv.n_kv_heads, 4);
@@ -234,20 +258,14 @@ TEST(Arch, SynthRefusesAnArchThatIsNotThePresets) {
 TEST(ArchErrors, Qwen2WithoutABiasNamesTheTensor) {
   const std::vector<uint8_t> good = synth_bytes("tiny-qwen2");
   for (const char* name : {"blk.0.attn_q.bias", "blk.1.attn_k.bias", "blk.1.attn_v.bias"}) {
-    const std::string err =
-        load_error(edited(good, {.keep_tensor = [&](const std::string& t) { return t != name; }}));
+    const std::string err = without_tensor(good, name);
     EXPECT_NE(err.find(std::string("synthetic.gguf: missing tensor '") + name + "'"),
               std::string::npos)
         << err;
   }
   // A bias of the wrong length.
-  const std::string err = load_error(
-      edited(good, {.keep_tensor = [](const std::string& t) { return t != "blk.0.attn_k.bias"; },
-                    .extra =
-                        [](gguf::Writer& w) {
-                          w.add_tensor("blk.0.attn_k.bias", DType::F32, {256},
-                                       f32_bytes(std::vector<float>(256, 0.0f)));
-                        }}));
+  const std::string err =
+      with_tensor_replaced(good, "blk.0.attn_k.bias", std::vector<float>(256, 0.0f));
   EXPECT_NE(err.find("tensor 'blk.0.attn_k.bias' has shape [256], expected [n_head_kv * "
                      "head_dim] = [64]"),
             std::string::npos)
@@ -256,19 +274,12 @@ TEST(ArchErrors, Qwen2WithoutABiasNamesTheTensor) {
 
 TEST(ArchErrors, Qwen3NormsUseTheHeadDim) {
   const std::vector<uint8_t> good = synth_bytes("tiny-qwen3");
-  std::string err = load_error(edited(
-      good, {.keep_tensor = [](const std::string& t) { return t != "blk.1.attn_k_norm.weight"; }}));
+  std::string err = without_tensor(good, "blk.1.attn_k_norm.weight");
   EXPECT_NE(err.find("synthetic.gguf: missing tensor 'blk.1.attn_k_norm.weight'"),
             std::string::npos)
       << err;
   // n_embd / n_head = 32 is not this model's head size.
-  err = load_error(edited(
-      good, {.keep_tensor = [](const std::string& t) { return t != "blk.0.attn_q_norm.weight"; },
-             .extra =
-                 [](gguf::Writer& w) {
-                   w.add_tensor("blk.0.attn_q_norm.weight", DType::F32, {32},
-                                f32_bytes(std::vector<float>(32, 1.0f)));
-                 }}));
+  err = with_tensor_replaced(good, "blk.0.attn_q_norm.weight", std::vector<float>(32, 1.0f));
   EXPECT_NE(err.find("tensor 'blk.0.attn_q_norm.weight' has shape [32], expected [head_dim] = "
                      "[96]"),
             std::string::npos)
@@ -300,13 +311,8 @@ TEST(ArchErrors, ExtraTensorsOfAnotherVariantAreRefused) {
 
 TEST(ArchErrors, BadRopeFreqsAreRefused) {
   const std::vector<uint8_t> good = synth_bytes("tiny-llama3");
-  const auto with_freqs = [&](std::vector<float> f) {
-    return load_error(
-        edited(good, {.keep_tensor = [](const std::string& t) { return t != "rope_freqs.weight"; },
-                      .extra =
-                          [&](gguf::Writer& w) {
-                            w.add_tensor("rope_freqs.weight", DType::F32, {f.size()}, f32_bytes(f));
-                          }}));
+  const auto with_freqs = [&](const std::vector<float>& f) {
+    return with_tensor_replaced(good, "rope_freqs.weight", f);
   };
   std::vector<float> f(32, 1.0f);
   EXPECT_EQ(with_freqs(f), "<loaded>");

@@ -40,6 +40,28 @@ std::vector<Spec> specs() {
       "One day, a little bird"};
   const std::vector<std::string> tails = {
       "", " and", " with her mom", ". The sun", " in the sky", ", but", " so"};
+  // Settings that request k has when k % every == at: its JSON fields and
+  // the same settings as `encore run` flags.
+  struct Occasional {
+    int every, at;
+    Json fields;
+    Args flags;
+  };
+  const Occasional occasional[] = {
+      {6, 1, {{"top_p", 0.9}}, {"--top-p", "0.9"}},
+      {5, 2, {{"top_k", 20}}, {"--top-k", "20"}},
+      {7, 3, {{"min_p", 0.1}}, {"--min-p", "0.1"}},
+      {8, 2, {{"repeat_penalty", 1.2}}, {"--repeat-penalty", "1.2"}},
+      {10,
+       5,
+       {{"presence_penalty", 0.5}, {"frequency_penalty", 0.25}},
+       {"--presence-penalty", "0.5", "--frequency-penalty", "0.25"}},
+      {11,
+       6,
+       {{"logit_bias", {{"300", 2.5}, {"432", -100}}}},
+       {"--logit-bias", "300+2.5", "--logit-bias", "432-inf"}},
+      {9, 4, {{"stop", Json::array({".", "ball"})}}, {"--stop", ".", "--stop", "ball"}},
+  };
   std::vector<Spec> v;
   for (int k = 0; k < 64; ++k) {
     Spec s;
@@ -55,34 +77,10 @@ std::vector<Spec> specs() {
     const double temps[] = {0.7, 1.0, 0.0, 1.3};
     j["temperature"] = temps[k % 4];
     f.insert(f.end(), {"--temp", fmt_num(temps[k % 4])});
-    if (k % 6 == 1) {
-      j["top_p"] = 0.9;
-      f.insert(f.end(), {"--top-p", "0.9"});
-    }
-    if (k % 5 == 2) {
-      j["top_k"] = 20;
-      f.insert(f.end(), {"--top-k", "20"});
-    }
-    if (k % 7 == 3) {
-      j["min_p"] = 0.1;
-      f.insert(f.end(), {"--min-p", "0.1"});
-    }
-    if (k % 8 == 2) {
-      j["repeat_penalty"] = 1.2;
-      f.insert(f.end(), {"--repeat-penalty", "1.2"});
-    }
-    if (k % 10 == 5) {
-      j["presence_penalty"] = 0.5;
-      j["frequency_penalty"] = 0.25;
-      f.insert(f.end(), {"--presence-penalty", "0.5", "--frequency-penalty", "0.25"});
-    }
-    if (k % 11 == 6) {
-      j["logit_bias"] = {{"300", 2.5}, {"432", -100}};
-      f.insert(f.end(), {"--logit-bias", "300+2.5", "--logit-bias", "432-inf"});
-    }
-    if (k % 9 == 4) {
-      j["stop"] = Json::array({".", "ball"});
-      f.insert(f.end(), {"--stop", ".", "--stop", "ball"});
+    for (const Occasional& o : occasional) {
+      if (k % o.every != o.at) continue;
+      j.update(o.fields);
+      f.insert(f.end(), o.flags.begin(), o.flags.end());
     }
     s.n = 1 + k % 4;
     if (s.n > 1) {

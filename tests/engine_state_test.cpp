@@ -54,13 +54,49 @@ std::vector<TokenId> joined(const Response& first, const Response& rest, size_t 
   return ids;
 }
 
+// The start of `whole`: its first `max_tokens`, saved as session `name`.
+Request first_part(const Request& whole, int32_t max_tokens, const std::string& name) {
+  Request first = whole;
+  first.max_tokens = max_tokens;
+  first.session = name;
+  return first;
+}
+
+// `max_tokens` more of session `name` (no prompt: the saved generation goes
+// on with its seed and sampler states).
+Request continuation(const std::string& name, int32_t max_tokens) {
+  Request rest;
+  rest.session = name;
+  rest.max_tokens = max_tokens;
+  return rest;
+}
+
+// Both samples of `first` then `rest` are those of `want`, the whole
+// generation run at once.
+void expect_continues(const Response& first, const Response& rest, const Response& want) {
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(first, rest, i), want.samples[i].ids) << i;
+}
+
+// The message of the NotFound that submitting `r` throws; a failure, saying
+// `accepted`, when `e` takes the request instead.
+std::string refusal(Engine& e, const Request& r, const std::string& accepted) {
+  try {
+    e.submit(r);
+  } catch (const NotFound& err) {
+    return err.what();
+  }
+  ADD_FAILURE() << accepted;
+  return "";
+}
+
 class EngineState : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { file_ = new auto(model_file("tiny", DType::Q8_0)); }
   static void TearDownTestSuite() { delete file_; }
 
-  std::unique_ptr<Engine> open(const std::string& state_dir, const std::string& redis = "",
-                               std::shared_ptr<const gguf::File> file = nullptr) {
+  // What every engine of these tests runs with: state in `state_dir` (none
+  // if empty) and in Redis at `redis` (none if empty).
+  static EngineOptions options(const std::string& state_dir, const std::string& redis = "") {
     EngineOptions o;
     o.threads = 2;
     o.n_ctx = 256;
@@ -68,6 +104,11 @@ class EngineState : public ::testing::Test {
     o.state_dir = state_dir;
     o.redis_url = redis;
     o.fingerprint_cache_dir = "/nonexistent";
+    return o;
+  }
+  std::unique_ptr<Engine> open(const std::string& state_dir, const std::string& redis = "",
+                               std::shared_ptr<const gguf::File> file = nullptr) {
+    EngineOptions o = options(state_dir, redis);
     o.log = [this](std::string_view l) {  // called from several threads
       std::lock_guard<std::mutex> lock(log_mu_);
       log_.emplace_back(l);
@@ -112,9 +153,7 @@ TEST_F(EngineState, AGenerationOfOneTokenStillSavesItsPromptBlocks) {
 TEST_F(EngineState, ASessionContinuesExactlyInANewEngine) {
   const Request whole = request2(prompt_of(37, 1), 11, 40);
   const Response want = open("")->run(whole);
-  Request first = whole;
-  first.max_tokens = 15;
-  first.session = "chat-1";
+  const Request first = first_part(whole, 15, "chat-1");
   Response a;
   {
     auto e = open(dir());
@@ -126,12 +165,10 @@ TEST_F(EngineState, ASessionContinuesExactlyInANewEngine) {
   // A restart: a new engine continues the session (no prompt: the saved
   // generation goes on with its seed and sampler states).
   auto e = open(dir());
-  Request rest;
-  rest.session = "chat-1";
-  rest.max_tokens = 25;
+  const Request rest = continuation("chat-1", 25);
   const Response b = e->run(rest);
   EXPECT_TRUE(b.session_found);
-  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+  expect_continues(a, b, want);
   EXPECT_EQ(b.seed, 11u);
   e->drain();
   const EngineStats s = e->stats();
@@ -211,18 +248,10 @@ TEST_F(EngineState, AnotherModelNeverUsesTheState) {
   auto other = open(dir(), "", model_file("tiny", DType::Q4_K));
   // Continuing one (no prompt) is where a model change shows: refused,
   // saying why; logged, counted.
-  Request resume_it;
-  resume_it.session = "s";
-  resume_it.max_tokens = 4;
-  try {
-    other->submit(resume_it);
-    FAIL() << "another model's session was continued";
-  } catch (const NotFound& e) {
-    EXPECT_NE(std::string(e.what()).find("saved by another model"), std::string::npos) << e.what();
-  }
-  Request cont;
-  cont.session = "t";
-  cont.max_tokens = 4;
+  const Request resume_it = continuation("s", 4);
+  const std::string why = refusal(*other, resume_it, "another model's session was continued");
+  EXPECT_NE(why.find("saved by another model"), std::string::npos) << why;
+  Request cont = continuation("t", 4);
   cont.prompt_ids = {1, 5, 6};
   const Response got = other->run(cont);
   EXPECT_FALSE(got.session_found);
@@ -391,17 +420,11 @@ TEST_F(EngineState, BadSessionRecordsAreFallbacks) {
   plant("garbage", "{\"format\": 1}");
   auto e = open(dir());
   for (const char* name : {"n0", "otherfp", "garbage"}) {
-    Request cont;
-    cont.session = name;
-    cont.max_tokens = 3;
+    Request cont = continuation(name, 3);
     // Nothing to continue: refused, saying the record is unusable (not absent).
-    try {
-      e->submit(cont);
-      ADD_FAILURE() << name << ": continued";
-    } catch (const NotFound& err) {
-      EXPECT_EQ(std::string(err.what()).rfind("session: the saved session", 0), 0) << err.what();
-      EXPECT_NE(std::string(err.what()).find("cannot be used"), std::string::npos) << err.what();
-    }
+    const std::string why = refusal(*e, cont, std::string(name) + ": continued");
+    EXPECT_EQ(why.rfind("session: the saved session", 0), 0) << why;
+    EXPECT_NE(why.find("cannot be used"), std::string::npos) << why;
     // With a prompt the session starts afresh.
     cont.prompt_ids = {1, 7, 8};
     const Response got = e->run(cont);
@@ -442,17 +465,10 @@ TEST_F(EngineState, AContinuationUnderAnotherContextSizeIsRefused) {
 // session instead (session_found false), and then it continues (true).
 TEST_F(EngineState, AMissingSessionWithoutAPromptIsNotFound) {
   auto e = open(dir());
-  Request cont;
-  cont.session = "never-saved";
-  cont.max_tokens = 3;
-  try {
-    e->submit(cont);
-    FAIL() << "a session that was never saved was continued";
-  } catch (const NotFound& err) {
-    EXPECT_EQ(std::string(err.what()),
-              "session: no saved session 'never-saved' for this tenant (expired, removed, or "
-              "never saved); send a prompt to start it");
-  }
+  Request cont = continuation("never-saved", 3);
+  EXPECT_EQ(refusal(*e, cont, "a session that was never saved was continued"),
+            "session: no saved session 'never-saved' for this tenant (expired, removed, or never "
+            "saved); send a prompt to start it");
   Request start = request2(prompt_of(20, 14), 3, 4);
   start.session = "never-saved";
   start.tenant = "alice";
@@ -476,9 +492,7 @@ TEST_F(EngineState, AMissingSessionWithoutAPromptIsNotFound) {
 TEST_F(EngineState, ASessionWithoutItsBlocksContinuesADamagedOneIsRefused) {
   const Request whole = request2(prompt_of(40, 15), 8, 20);
   const Response want = open("")->run(whole);
-  Request first = whole;
-  first.max_tokens = 8;
-  first.session = "kept";
+  const Request first = first_part(whole, 8, "kept");
   const Response a = open(dir())->run(first);
   size_t blocks = 0;
   std::string session_file;
@@ -489,15 +503,13 @@ TEST_F(EngineState, ASessionWithoutItsBlocksContinuesADamagedOneIsRefused) {
   ASSERT_GT(blocks, 0u);
   ASSERT_FALSE(session_file.empty());
   const std::string good = test::read_file(session_file);
-  Request rest;
-  rest.session = "kept";
-  rest.max_tokens = 12;
+  const Request rest = continuation("kept", 12);
   {
     auto e = open(dir());
     const Response b = e->run(rest);
     ASSERT_EQ(b.status, Response::Status::Ok) << b.error;
     EXPECT_TRUE(b.session_found);
-    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+    expect_continues(a, b, want);
     e->drain();
     EXPECT_EQ(e->stats().blocks_restored, 0);
   }
@@ -505,14 +517,9 @@ TEST_F(EngineState, ASessionWithoutItsBlocksContinuesADamagedOneIsRefused) {
   bad[bad.size() - 3] ^= 0x10;
   std::ofstream(session_file, std::ios::binary | std::ios::trunc) << bad;
   auto e = open(dir());
-  try {
-    e->submit(rest);
-    FAIL() << "a damaged session record was continued";
-  } catch (const NotFound& err) {
-    EXPECT_EQ(std::string(err.what()),
-              "session: the saved session 'kept' cannot be used (its record is corrupt); send a "
-              "prompt to start it afresh");
-  }
+  EXPECT_EQ(refusal(*e, rest, "a damaged session record was continued"),
+            "session: the saved session 'kept' cannot be used (its record is corrupt); send a "
+            "prompt to start it afresh");
   bool told = false;
   for (const std::string& l : logged()) {
     told |= l.find("session/kept: corrupt") != std::string::npos &&
@@ -521,13 +528,8 @@ TEST_F(EngineState, ASessionWithoutItsBlocksContinuesADamagedOneIsRefused) {
   }
   EXPECT_TRUE(told);
   // The disk tier removed the damaged record: now there is none.
-  try {
-    e->submit(rest);
-    FAIL() << "continued";
-  } catch (const NotFound& err) {
-    EXPECT_NE(std::string(err.what()).find("no saved session 'kept'"), std::string::npos)
-        << err.what();
-  }
+  const std::string why = refusal(*e, rest, "continued");
+  EXPECT_NE(why.find("no saved session 'kept'"), std::string::npos) << why;
 }
 
 // Tenant A, with a share of the state directory, writes far more than the
@@ -536,14 +538,9 @@ TEST_F(EngineState, ASessionWithoutItsBlocksContinuesADamagedOneIsRefused) {
 // share, the size cap would have taken it: the least recently used of all),
 // and A stays within its share.
 TEST_F(EngineState, ATenantsShareKeepsItsWritesFromEvictingAnothersSession) {
-  EngineOptions o;
-  o.threads = 2;
-  o.n_ctx = 256;
-  o.kv_bytes = 8 << 20;
-  o.state_dir = dir();
+  EngineOptions o = options(dir());
   o.state_max_bytes = 1 << 20;
   o.tenant_shares.bytes["alice"] = 256 << 10;
-  o.fingerprint_cache_dir = "/nonexistent";
   auto e = Engine::open(*file_, o);
   Request b = request(prompt_of(40, 20), 3, 8);
   b.session = "bobs";
@@ -567,10 +564,8 @@ TEST_F(EngineState, ATenantsShareKeepsItsWritesFromEvictingAnothersSession) {
   const StoreCounters disk = e->state_counters().at(0).second;
   EXPECT_GT(disk.share_evictions, 0);
   EXPECT_EQ(disk.evictions, 0) << "the size cap had to step in";
-  Request cont;
-  cont.session = "bobs";
+  Request cont = continuation("bobs", 4);
   cont.tenant = "bob";
-  cont.max_tokens = 4;
   const Response b2 = e->run(cont);  // NotFound if alice's writes evicted it
   EXPECT_TRUE(b2.session_found);
   // A share of nothing is not a share.
@@ -586,21 +581,17 @@ class EngineRedis : public EngineState {
 TEST_F(EngineRedis, TwoEnginesShareOneRedis) {
   const Request whole = request2(prompt_of(45, 6), 21, 30);
   const Response want = open("")->run(whole);
-  Request first = whole;
-  first.max_tokens = 12;
-  first.session = "shared";
+  const Request first = first_part(whole, 12, "shared");
   Response a;
   {
     auto e1 = open("", redis_.url());
     a = e1->run(first);
   }
   auto e2 = open("", redis_.url());  // another "process": nothing in RAM
-  Request rest;
-  rest.session = "shared";
-  rest.max_tokens = 18;
+  const Request rest = continuation("shared", 18);
   const Response b = e2->run(rest);
   ASSERT_TRUE(b.session_found);
-  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+  expect_continues(a, b, want);
   e2->drain();
   EXPECT_GT(e2->stats().blocks_restored_redis, 0);
 }
@@ -618,16 +609,12 @@ TEST_F(EngineRedis, AContinuationRightAfterItsAnswerFindsTheQueuedSession) {
   warm.session = "warm";
   e->run(warm);
   ASSERT_EQ(redis_.cli("CLIENT PAUSE 400 WRITE"), "OK\n");
-  Request first = whole;
-  first.max_tokens = 6;
-  first.session = "quick";
+  const Request first = first_part(whole, 6, "quick");
   const Response a = e->run(first);
-  Request rest;
-  rest.session = "quick";
-  rest.max_tokens = 8;
+  const Request rest = continuation("quick", 8);
   const Response b = e->run(rest);
   ASSERT_TRUE(b.session_found) << "the session record still queued was not seen";
-  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(joined(a, b, i), want.samples[i].ids) << i;
+  expect_continues(a, b, want);
   e->drain();
   EXPECT_EQ(e->stats().state_fallbacks, 0);
 }
@@ -683,14 +670,8 @@ TEST_F(EngineRedis, TenantIsolationHoldsInRedisKeys) {
 }
 
 TEST_F(EngineRedis, ExpiredStateIsGoneFromEveryTier) {
-  EngineOptions o;
-  o.threads = 2;
-  o.n_ctx = 256;
-  o.kv_bytes = 8 << 20;
-  o.state_dir = dir();
-  o.redis_url = redis_.url();
+  EngineOptions o = options(dir(), redis_.url());
   o.state_ttl = std::chrono::milliseconds(150);
-  o.fingerprint_cache_dir = "/nonexistent";
   Request r = request2(prompt_of(50, 9), 3, 8);
   r.session = "brief";
   {
@@ -702,9 +683,7 @@ TEST_F(EngineRedis, ExpiredStateIsGoneFromEveryTier) {
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_EQ(redis_.cli("--scan --pattern 'encore:v1:*'"), "") << "Redis kept expired keys (PX)";
   auto e = Engine::open(*file_, o);
-  Request cont;
-  cont.session = "brief";
-  cont.max_tokens = 2;
+  Request cont = continuation("brief", 2);
   EXPECT_THROW(e->submit(cont), NotFound) << "an expired session was used";
   cont.prompt_ids = {1, 2, 3};
   EXPECT_FALSE(e->run(cont).session_found) << "an expired session was used";

@@ -86,6 +86,18 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Every ISA this CPU has gives the scalar twin's bits for `w` times the
+// first `m` rows of `x`.
+void expect_isas_equal_scalar(const Weights& w, const std::vector<float>& x, int64_t m) {
+  const std::vector<float> xm(x.begin(), x.begin() + m * w.cols);
+  const auto ref = run(w, xm, m, Isa::Scalar);
+  for (Isa isa : kIsas) {
+    if (!isa_supported(isa)) continue;
+    EXPECT_TRUE(same_bits(run(w, xm, m, isa), ref))
+        << dtype_name(w.type) << " cols=" << w.cols << " m=" << m << " isa=" << isa_name(isa);
+  }
+}
+
 TEST(Matmul, EveryIsaEqualsScalarTwin) {
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
@@ -96,13 +108,7 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
       // (on AVX-512 some still direct); past kMaxDirectRows: no direct
       // kernel at all.
       for (int64_t m : {int64_t{6}, int64_t{12}, mm::kMaxDirectRows + 6}) {
-        const auto x = make_acts(m, cols, 2);
-        const auto ref = run(w, x, m, Isa::Scalar);
-        for (Isa isa : kIsas) {
-          if (!isa_supported(isa)) continue;
-          EXPECT_TRUE(same_bits(run(w, x, m, isa), ref))
-              << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
-        }
+        expect_isas_equal_scalar(w, make_acts(m, cols, 2), m);
       }
     }
   }
@@ -124,15 +130,7 @@ TEST(Matmul, SmallBatchesEqualScalarTwin) {
       }
       x[5 * cols + cols / 2] = std::numeric_limits<float>::quiet_NaN();
       x[6 * cols + 1] = inf;
-      for (int64_t m = 1; m <= 8; ++m) {
-        const std::vector<float> xm(x.begin(), x.begin() + m * cols);
-        const auto ref = run(w, xm, m, Isa::Scalar);
-        for (Isa isa : kIsas) {
-          if (!isa_supported(isa)) continue;
-          EXPECT_TRUE(same_bits(run(w, xm, m, isa), ref))
-              << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
-        }
-      }
+      for (int64_t m = 1; m <= 8; ++m) expect_isas_equal_scalar(w, x, m);
     }
   }
 }
@@ -173,15 +171,7 @@ TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
       // 11 rows: tiles of 4 and 3 weight rows (13 and 14 rows above: 4, 1 and 2)
       const Weights w = random_block_weights(t, 11, cols, 31);
       const auto x = make_acts(8, cols, 32);
-      for (int64_t m : {1, 2, 3, 5, 8}) {
-        const std::vector<float> xm(x.begin(), x.begin() + m * cols);
-        const auto ref = run(w, xm, m, Isa::Scalar);
-        for (Isa isa : kIsas) {
-          if (!isa_supported(isa)) continue;
-          EXPECT_TRUE(same_bits(run(w, xm, m, isa), ref))
-              << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);
-        }
-      }
+      for (int64_t m : {1, 2, 3, 5, 8}) expect_isas_equal_scalar(w, x, m);
     }
   }
 }

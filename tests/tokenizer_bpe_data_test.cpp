@@ -18,107 +18,32 @@
 #include "encore/tokenizer.h"
 #include "shared_data.h"
 #include "tokenizer/internal.h"
+#include "vocab_data_fixture.h"
 #include "vocab_vectors.h"
 
 namespace encore {
 namespace {
 
-using Ids = std::vector<TokenId>;
+using test::Ids;
+using test::ids_str;
+using test::valid_utf8;
 
-std::string ids_str(const Ids& ids) {
-  std::string s;
-  for (TokenId id : ids) {
-    s += ' ';
-    s += std::to_string(id);
-  }
-  return s;
-}
-
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const size_t n = b < 0x80                 ? 1
-                     : b >= 0xC2 && b <= 0xDF ? 2
-                     : b >= 0xE0 && b <= 0xEF ? 3
-                     : b >= 0xF0 && b <= 0xF4 ? 4
-                                              : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
-void append_utf8(std::string* s, uint32_t cp) {
-  if (cp < 0x80) {
-    *s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *s += static_cast<char>(0xC0 | (cp >> 6));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    *s += static_cast<char>(0xE0 | (cp >> 12));
-    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    *s += static_cast<char>(0xF0 | (cp >> 18));
-    *s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// Random valid UTF-8: ASCII words and punctuation, runs of spaces, tabs and
-// newlines, Latin-1, Cyrillic, combining marks, CJK, Hangul, emoji and any
-// scalar value.
-std::string random_utf8(std::mt19937* rng) {
-  std::uniform_int_distribution<int> len(0, 48);
-  std::uniform_int_distribution<int> kind(0, 11);
-  std::string s;
-  for (int n = len(*rng); n > 0; --n) {
-    uint32_t cp;
-    switch (kind(*rng)) {
-      case 0:
-        cp = " \n\t\r"[std::uniform_int_distribution<int>(0, 3)(*rng)];
-        break;
-      case 1:
-        cp = ' ';
-        break;
-      case 2:
-        cp = std::uniform_int_distribution<uint32_t>(0xA0, 0xFF)(*rng);
-        break;
-      case 3:
-        cp = std::uniform_int_distribution<uint32_t>(0x400, 0x4FF)(*rng);
-        break;
-      case 4:
-        cp = std::uniform_int_distribution<uint32_t>(0x300, 0x36F)(*rng);  // combining marks
-        break;
-      case 5:
-        cp = std::uniform_int_distribution<uint32_t>(0x4E00, 0x9FFF)(*rng);
-        break;
-      case 6:
-        cp = std::uniform_int_distribution<uint32_t>(0xAC00, 0xD7A3)(*rng);
-        break;
-      case 7:
-        cp = std::uniform_int_distribution<uint32_t>(0x1F300, 0x1FAFF)(*rng);
-        break;
-      case 8:
-        do {
-          cp = std::uniform_int_distribution<uint32_t>(1, 0x10FFFF)(*rng);
-        } while (cp >= 0xD800 && cp <= 0xDFFF);
-        break;
-      case 9:
-        cp = std::uniform_int_distribution<uint32_t>('0', '9')(*rng);
-        break;
-      default:
-        cp = std::uniform_int_distribution<uint32_t>(0x20, 0x7E)(*rng);
-        break;
-    }
-    append_utf8(&s, cp);
-  }
-  return s;
-}
+// What the random texts of DecodeInvertsEncode are made of, each kind
+// equally likely: ASCII words and punctuation, runs of spaces, tabs and
+// newlines, Latin-1, Cyrillic, combining marks, CJK, Hangul, emoji, any
+// scalar value and digits.
+const std::vector<test::CodePointDraw> kRandomText = {test::one_of(" \n\t\r"),
+                                                      test::always(' '),
+                                                      test::code_points(0xA0, 0xFF),
+                                                      test::code_points(0x400, 0x4FF),
+                                                      test::code_points(0x300, 0x36F),
+                                                      test::code_points(0x4E00, 0x9FFF),
+                                                      test::code_points(0xAC00, 0xD7A3),
+                                                      test::code_points(0x1F300, 0x1FAFF),
+                                                      test::any_scalar(),
+                                                      test::code_points('0', '9'),
+                                                      test::printable_ascii(),
+                                                      test::printable_ascii()};
 
 std::string nfc(std::string_view s) {
   UErrorCode status = U_ZERO_ERROR;
@@ -131,26 +56,20 @@ std::string nfc(std::string_view s) {
   return out;
 }
 
+std::string vocab_path(const char* name) {
+  return std::string("testdata/vocab/ggml-vocab-") + name + ".gguf";
+}
+
 struct VocabCase {
   const char* name;                  // ggml-vocab-NAME.gguf
   bool nfc;                          // the model normalises to NFC before splitting
   std::vector<const char*> eog;      // texts of tokens that must end generation
   std::vector<const char*> not_eog;  // texts of special tokens that must not
+  std::string file() const { return vocab_path(name); }
 };
 
-std::string vocab_path(const char* name) {
-  return std::string("testdata/vocab/ggml-vocab-") + name + ".gguf";
-}
-
-class VocabData : public ::testing::TestWithParam<VocabCase> {
+class VocabData : public test::VocabVectorsTest<VocabCase> {
  protected:
-  void SetUp() override {
-    ENCORE_SHARED_FILE(path, vocab_path(GetParam().name));
-    tok_ = Tokenizer::create(vocab_from_gguf(gguf::File::open(path)));
-    inputs_ = read_inputs(path + ".inp");
-    outputs_ = read_outputs(path + ".out");
-  }
-  Ids encode(std::string_view text) const { return tok_->encode(text, {}); }
   bool wordpiece() const { return tok_->vocab().model == "bert"; }
   // What decode(encode(s)) must give back: s after the vocabulary's
   // normaliser (for valid UTF-8), with each byte that stays a token of its
@@ -171,20 +90,11 @@ class VocabData : public ::testing::TestWithParam<VocabCase> {
     for (char c : n) out += piece[static_cast<uint8_t>(c)];
     return out;
   }
-
-  std::unique_ptr<Tokenizer> tok_;
-  std::vector<std::string> inputs_;
-  std::vector<Ids> outputs_;
 };
 
 TEST_P(VocabData, EncodeMatchesHuggingFaceVectors) {
   ASSERT_EQ(inputs_.size(), 46u);
-  ASSERT_EQ(inputs_.size(), outputs_.size());
-  for (size_t i = 0; i < inputs_.size(); ++i) {
-    const Ids got = encode(inputs_[i]);
-    EXPECT_EQ(got, outputs_[i]) << "line " << i << " \"" << escaped(inputs_[i], 300) << "\"\n  want"
-                                << ids_str(outputs_[i]) << "\n  got " << ids_str(got);
-  }
+  expect_vectors_match();
 }
 
 // Byte-level BPE: decode(encode(s)) == s (after NFC where the model
@@ -194,7 +104,7 @@ TEST_P(VocabData, EncodeMatchesHuggingFaceVectors) {
 TEST_P(VocabData, DecodeInvertsEncode) {
   std::vector<std::string> texts = inputs_;
   std::mt19937 rng(1234);
-  for (int k = 0; k < 1000; ++k) texts.push_back(random_utf8(&rng));
+  for (int k = 0; k < 1000; ++k) texts.push_back(test::random_utf8(&rng, 48, kRandomText));
   int checked = 0;
   for (const std::string& s : texts) {
     const Ids ids = encode(s);
@@ -237,11 +147,7 @@ TEST_P(VocabData, StreamingEmitsOnlyCompleteUtf8) {
 // well-formed runs); WordPiece drops NUL and control characters and turns
 // what it cannot spell into [UNK].
 TEST_P(VocabData, SurvivesHostileInput) {
-  std::mt19937 rng(99);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (int k = 0; k < 300; ++k) {
-    std::string s(static_cast<size_t>(byte(rng) % 96), '\0');
-    for (char& c : s) c = static_cast<char>(byte(rng));
+  for (const std::string& s : test::hostile_bytes(300, 96)) {
     const Ids ids = encode(s);
     for (TokenId id : ids) ASSERT_TRUE(id >= 0 && id < tok_->n_vocab());
     const std::string back = tok_->decode(ids);
@@ -252,10 +158,7 @@ TEST_P(VocabData, SurvivesHostileInput) {
       EXPECT_EQ(tok_->decode(encode(back)), back) << "\"" << escaped(s, 300) << "\"";
     }
     StreamDecoder d(*tok_);
-    std::string shown;
-    for (TokenId id : ids) shown += d.push(id);
-    shown += d.finish();
-    EXPECT_TRUE(valid_utf8(shown));
+    EXPECT_TRUE(valid_utf8(test::stream_all(&d, ids)));
   }
   // 1 MiB of one character: each is a single pre-tokenizer word (or a run
   // of identical words) that must neither hang the regexes nor the merges.
@@ -327,11 +230,7 @@ const std::vector<VocabCase> kCases = {
 
 INSTANTIATE_TEST_SUITE_P(Vocab, VocabData, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<VocabCase>& info) {
-                           std::string name = info.param.name;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
+                           return test::param_name(info.param.name);
                          });
 
 Ids parse_special(const Tokenizer& t, std::string_view text) {

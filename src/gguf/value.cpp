@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "encore/gguf.h"
@@ -12,36 +13,35 @@
 
 namespace encore::gguf {
 
+namespace {
+
+// What each value type is, indexed by its number in the file.
+struct TypeInfo {
+  const char* name;
+  uint64_t size;  // bytes of a scalar; 0 for STRING and ARRAY
+  bool integer;
+  bool is_signed;
+};
+constexpr TypeInfo kTypes[] = {
+    {"uint8", 1, true, false},    {"int8", 1, true, true},    {"uint16", 2, true, false},
+    {"int16", 2, true, true},     {"uint32", 4, true, false}, {"int32", 4, true, true},
+    {"float32", 4, false, false}, {"bool", 1, false, false},  {"string", 0, false, false},
+    {"array", 0, false, false},   {"uint64", 8, true, false}, {"int64", 8, true, true},
+    {"float64", 8, false, false},
+};
+static_assert(std::size(kTypes) == static_cast<size_t>(ValueType::FLOAT64) + 1);
+
+// The row of `t`, or nullptr for a number that is no type.
+const TypeInfo* type_info(ValueType t) {
+  const auto k = static_cast<uint32_t>(t);
+  return k < std::size(kTypes) ? &kTypes[k] : nullptr;
+}
+
+}  // namespace
+
 const char* value_type_name(ValueType t) {
-  switch (t) {
-    case ValueType::UINT8:
-      return "uint8";
-    case ValueType::INT8:
-      return "int8";
-    case ValueType::UINT16:
-      return "uint16";
-    case ValueType::INT16:
-      return "int16";
-    case ValueType::UINT32:
-      return "uint32";
-    case ValueType::INT32:
-      return "int32";
-    case ValueType::FLOAT32:
-      return "float32";
-    case ValueType::BOOL:
-      return "bool";
-    case ValueType::STRING:
-      return "string";
-    case ValueType::ARRAY:
-      return "array";
-    case ValueType::UINT64:
-      return "uint64";
-    case ValueType::INT64:
-      return "int64";
-    case ValueType::FLOAT64:
-      return "float64";
-  }
-  return "unknown";
+  const TypeInfo* info = type_info(t);
+  return info ? info->name : "unknown";
 }
 
 Value Value::make_u32(uint32_t v) {
@@ -95,24 +95,13 @@ Value Value::make_array(ValueType elem, std::vector<Value> items) {
 }
 
 bool is_integer_type(ValueType t) {
-  switch (t) {
-    case ValueType::UINT8:
-    case ValueType::INT8:
-    case ValueType::UINT16:
-    case ValueType::INT16:
-    case ValueType::UINT32:
-    case ValueType::INT32:
-    case ValueType::UINT64:
-    case ValueType::INT64:
-      return true;
-    default:
-      return false;
-  }
+  const TypeInfo* info = type_info(t);
+  return info && info->integer;
 }
 
 bool is_signed_type(ValueType t) {
-  return t == ValueType::INT8 || t == ValueType::INT16 || t == ValueType::INT32 ||
-         t == ValueType::INT64;
+  const TypeInfo* info = type_info(t);
+  return info && info->is_signed;
 }
 
 bool Value::is_integer() const { return is_integer_type(type); }
@@ -209,27 +198,8 @@ namespace detail {
 bool is_valid_value_type(uint32_t raw) { return raw <= static_cast<uint32_t>(ValueType::FLOAT64); }
 
 uint64_t scalar_size(ValueType t) {
-  switch (t) {
-    case ValueType::UINT8:
-    case ValueType::INT8:
-    case ValueType::BOOL:
-      return 1;
-    case ValueType::UINT16:
-    case ValueType::INT16:
-      return 2;
-    case ValueType::UINT32:
-    case ValueType::INT32:
-    case ValueType::FLOAT32:
-      return 4;
-    case ValueType::UINT64:
-    case ValueType::INT64:
-    case ValueType::FLOAT64:
-      return 8;
-    case ValueType::STRING:
-    case ValueType::ARRAY:
-      return 0;
-  }
-  return 0;
+  const TypeInfo* info = type_info(t);
+  return info ? info->size : 0;
 }
 
 uint64_t min_encoded_size(ValueType t) {

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
+#include <utility>
+
 namespace encore::server {
 namespace {
 
@@ -73,6 +76,15 @@ std::string Metrics::render(const EngineStats& e,
     header(out, name, type, help);
     out += fmt::format("{} {}\n", name, value);
   };
+  // A metric of a few series told apart by one label: its header, then one
+  // line per (label value, count), in the order given.
+  auto labelled = [&](const char* name, const char* type, const char* help, const char* label,
+                      std::initializer_list<std::pair<const char*, int64_t>> series) {
+    header(out, name, type, help);
+    for (const auto& [value, n] : series) {
+      out += fmt::format("{}{{{}=\"{}\"}} {}\n", name, label, value, n);
+    }
+  };
   header(out, "encore_requests_total", "counter", "HTTP requests by endpoint and status code.");
   for (const auto& [key, n] : requests_) {
     out += fmt::format("encore_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", key.first,
@@ -114,11 +126,9 @@ std::string Metrics::render(const EngineStats& e,
          e.requests_waiting);
   single("encore_running_requests", "gauge", "Requests holding KV in the scheduler.",
          e.requests_running);
-  header(out, "encore_kv_blocks", "gauge", "KV cache blocks by state.");
-  out += fmt::format(
-      "encore_kv_blocks{{state=\"used\"}} {}\nencore_kv_blocks{{state=\"cached\"}} {}\n"
-      "encore_kv_blocks{{state=\"free\"}} {}\n",
-      e.kv_blocks_used, e.kv_blocks_cached, e.kv_blocks_free);
+  labelled(
+      "encore_kv_blocks", "gauge", "KV cache blocks by state.", "state",
+      {{"used", e.kv_blocks_used}, {"cached", e.kv_blocks_cached}, {"free", e.kv_blocks_free}});
   single("encore_forward_steps_total", "counter", "Forward steps of the scheduler.", e.steps);
   single("encore_preemptions_total", "counter", "Requests preempted to free KV blocks.",
          e.preemptions);
@@ -128,11 +138,8 @@ std::string Metrics::render(const EngineStats& e,
          e.prefix_hit_blocks);
   single("encore_prefix_cache_evictions_total", "counter", "Cached blocks taken back.",
          e.prefix_evictions);
-  header(out, "encore_session_restores_total", "counter", "KV blocks restored, by state tier.");
-  out += fmt::format(
-      "encore_session_restores_total{{tier=\"disk\"}} {}\n"
-      "encore_session_restores_total{{tier=\"redis\"}} {}\n",
-      e.blocks_restored_disk, e.blocks_restored_redis);
+  labelled("encore_session_restores_total", "counter", "KV blocks restored, by state tier.", "tier",
+           {{"disk", e.blocks_restored_disk}, {"redis", e.blocks_restored_redis}});
   single("encore_sessions_loaded_total", "counter", "Session records continued.",
          e.sessions_loaded);
   header(out, "encore_state_fallbacks_total", "counter",

@@ -498,6 +498,24 @@ class AdminConnection {
     }
     return r;
   }
+  // Every key matching `pattern`, by SCAN (a key present from start to end
+  // of the scan is listed, possibly more than once).
+  std::vector<std::string> scan(const std::string& pattern) {
+    std::vector<std::string> keys;
+    std::string cursor = "0";
+    do {
+      Reply r = command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        throw StoreError("redis: bad SCAN reply");
+      }
+      cursor.assign(r->element[0]->str, r->element[0]->len);
+      for (size_t i = 0; i < r->element[1]->elements; ++i) {
+        const redisReply* k = r->element[1]->element[i];
+        keys.emplace_back(k->str, k->len);
+      }
+    } while (cursor != "0");
+    return keys;
+  }
 
  private:
   std::string url_;
@@ -509,16 +527,7 @@ class AdminConnection {
 std::vector<RedisRecord> list_redis_records(const std::string& url) {
   AdminConnection c(url);
   std::vector<RedisRecord> out;
-  std::string cursor = "0";
-  do {
-    Reply r = c.command({"SCAN", cursor, "MATCH", "encore:v1:*", "COUNT", "1000"});
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw StoreError("redis: bad SCAN reply");
-    cursor.assign(r->element[0]->str, r->element[0]->len);
-    for (size_t i = 0; i < r->element[1]->elements; ++i) {
-      const redisReply* k = r->element[1]->element[i];
-      out.push_back({std::string(k->str, k->len), 0, -1});
-    }
-  } while (cursor != "0");
+  for (std::string& key : c.scan("encore:v1:*")) out.push_back({std::move(key), 0, -1});
   for (RedisRecord& rec : out) {
     rec.bytes = c.command({"STRLEN", rec.key})->integer;
     const long long ttl = c.command({"PTTL", rec.key})->integer;
@@ -555,21 +564,12 @@ int64_t remove_redis_records(const std::string& url, const std::vector<std::stri
 std::vector<std::pair<std::string, int64_t>> redis_tenant_usage(const std::string& url) {
   AdminConnection c(url);
   std::vector<std::pair<std::string, int64_t>> out;
-  std::string cursor = "0";
-  do {
-    Reply r = c.command({"SCAN", cursor, "MATCH", "encore:usage:v1:*:bytes", "COUNT", "1000"});
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw StoreError("redis: bad SCAN reply");
-    cursor.assign(r->element[0]->str, r->element[0]->len);
-    for (size_t i = 0; i < r->element[1]->elements; ++i) {
-      const redisReply* k = r->element[1]->element[i];
-      const std::string key(k->str, k->len);
-      const Reply v = c.command({"GET", key});
-      const std::string tag =
-          key.substr(16, key.size() - 16 - 6);  // between the prefix and ":bytes"
-      out.emplace_back(tag,
-                       v->type == REDIS_REPLY_STRING ? std::stoll(std::string(v->str, v->len)) : 0);
-    }
-  } while (cursor != "0");
+  for (const std::string& key : c.scan("encore:usage:v1:*:bytes")) {
+    const Reply v = c.command({"GET", key});
+    const std::string tag = key.substr(16, key.size() - 16 - 6);  // between the prefix and ":bytes"
+    out.emplace_back(tag,
+                     v->type == REDIS_REPLY_STRING ? std::stoll(std::string(v->str, v->len)) : 0);
+  }
   std::sort(out.begin(), out.end());
   return out;
 }

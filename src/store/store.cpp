@@ -12,25 +12,12 @@
 namespace encore {
 
 const char* store_miss_name(StoreMiss m) {
-  switch (m) {
-    case StoreMiss::Truncated:
-      return "truncated";
-    case StoreMiss::Corrupt:
-      return "corrupt";
-    case StoreMiss::Version:
-      return "version";
-    case StoreMiss::Fingerprint:
-      return "fingerprint";
-    case StoreMiss::Tenant:
-      return "tenant";
-    case StoreMiss::Key:
-      return "key";
-    case StoreMiss::Expired:
-      return "expired";
-    case StoreMiss::TooLarge:
-      return "too_large";
-  }
-  return "?";
+  // In the order of StoreMiss (as StoreCounters::rejected and the metrics
+  // count them).
+  static constexpr const char* kNames[kStoreMissReasons] = {
+      "truncated", "corrupt", "version", "fingerprint", "tenant", "key", "expired", "too_large"};
+  const auto k = static_cast<int>(m);
+  return k >= 0 && k < kStoreMissReasons ? kNames[k] : "?";
 }
 
 void StoreTier::put_many(const std::vector<std::pair<StoreKey, std::string>>& items,

@@ -45,24 +45,6 @@ constexpr std::array<uint8_t, 68> kShiftedToByte = [] {
   return t;
 }();
 
-void append_utf8(std::string* s, uint32_t cp) {
-  if (cp < 0x80) {
-    *s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *s += static_cast<char>(0xC0 | (cp >> 6));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    *s += static_cast<char>(0xE0 | (cp >> 12));
-    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    *s += static_cast<char>(0xF0 | (cp >> 18));
-    *s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // The code point of a well-formed sequence of `len` bytes at s[i].
 uint32_t decode_utf8(std::string_view s, size_t i, size_t len) {
   const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(s[i + k])); };
@@ -266,27 +248,16 @@ BpeTokenizer::BpeTokenizer(Vocab vocab)
     merges_.insert(MergeTable::key(a, b), static_cast<int32_t>(rank), ab);
   }
 
+  // Added tokens are stored as their plain text, not byte-mapped (as
+  // llama.cpp renders them). DeepSeek's user-defined "÷", "ø" ... are also
+  // the byte-level symbols of the bytes F7, F8 ..., which UTF-8 never uses:
+  // they render as "÷", "ø", so that the text "ø" (split off as that token)
+  // round-trips; Hugging Face's decoder gives byte F8.
   pieces_.resize(v.tokens.size());
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const std::string& t = v.tokens[i];
-    switch (type_of(static_cast<TokenId>(i))) {
-      case TokenType::Normal:
-      case TokenType::Byte:
-        pieces_[i] = symbols_to_bytes(t);
-        break;
-      case TokenType::Control:
-      case TokenType::Unknown:
-      case TokenType::UserDefined:
-        // Added tokens are stored as their plain text, not byte-mapped (as
-        // llama.cpp renders them). DeepSeek's user-defined "÷", "ø" ... are
-        // also the byte-level symbols of the bytes F7, F8 ..., which UTF-8
-        // never uses: they render as "÷", "ø", so that the text "ø" (split off
-        // as that token) round-trips; Hugging Face's decoder gives byte F8.
-        pieces_[i] = t;
-        break;
-      case TokenType::Unused:
-      case TokenType::Undefined:
-        break;  // never rendered, as in llama.cpp
+    if (!common_piece(type_of(static_cast<TokenId>(i)), t, &pieces_[i])) {
+      pieces_[i] = symbols_to_bytes(t);  // normal and byte tokens
     }
   }
   if (pre_.ignore_merges()) {
@@ -301,19 +272,11 @@ BpeTokenizer::BpeTokenizer(Vocab vocab)
 
 std::vector<TokenId> BpeTokenizer::encode(std::string_view text, const EncodeOptions& opt) const {
   const Vocab& v = vocab();
-  if (opt.add_bos && v.bos < 0) {
-    throw InvalidArgument("cannot add BOS: the vocabulary has no BOS token");
-  }
-  if (opt.add_eos && v.eos < 0) {
-    throw InvalidArgument("cannot add EOS: the vocabulary has no EOS token");
-  }
+  check_bos_eos(v, opt);
   // Symbol indices are 32-bit, NFC may grow the text (at most 3x) and ICU
   // takes 32-bit lengths.
   constexpr size_t kMaxText = std::numeric_limits<int32_t>::max() / 4;
-  if (text.size() > kMaxText) {
-    throw InvalidArgument(fmt::format("text of {} bytes is too long to tokenize (limit {} bytes)",
-                                      text.size(), kMaxText));
-  }
+  check_text_size(text, kMaxText);
 
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 2);

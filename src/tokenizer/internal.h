@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,6 +32,23 @@ std::string bytes_to_symbols(std::string_view bytes);
 // The bytes a token text spelled in the alphabet stands for. Characters
 // outside the alphabet, and ill-formed UTF-8, are copied as they are.
 std::string symbols_to_bytes(std::string_view text);
+
+// Throws InvalidArgument when `opt` asks for a BOS or EOS token that `v`
+// has none of (as SentencePiece and byte-level BPE say it).
+void check_bos_eos(const Vocab& v, const Tokenizer::EncodeOptions& opt);
+// Throws InvalidArgument when `text` is longer than `max_bytes`, the most a
+// model's encode can take (its limit depends on how its text grows).
+void check_text_size(std::string_view text, size_t max_bytes);
+
+// Appends code point `cp` (a Unicode scalar value) to `s` as UTF-8.
+void append_utf8(std::string* s, uint32_t cp);
+
+// The pieces (token_to_piece's source) that every model renders alike, as
+// llama.cpp does: control, unknown and user-defined tokens render as their
+// text, unused and undefined ones as nothing. Sets *piece (left as it is
+// for the latter) and returns true for those; false for normal and byte
+// tokens, which each model spells its own way.
+bool common_piece(TokenType type, const std::string& text, std::string* piece);
 
 // The U+2581 LOWER ONE EIGHTH BLOCK that SentencePiece writes for a space.
 inline constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";

@@ -20,6 +20,9 @@
 namespace encore {
 namespace {
 
+using tokenizer_detail::check_bos_eos;
+using tokenizer_detail::check_text_size;
+using tokenizer_detail::common_piece;
 using tokenizer_detail::kSpaceMarker;
 using tokenizer_detail::printable;
 
@@ -74,56 +77,37 @@ SpmTokenizer::SpmTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
   pieces_.resize(v.tokens.size());
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const std::string& t = v.tokens[i];
-    switch (type_of(static_cast<TokenId>(i))) {
-      case TokenType::Normal: {
-        std::string& p = pieces_[i];
-        p.reserve(t.size());
-        for (size_t k = 0; k < t.size();) {
-          if (std::string_view(t).substr(k, kSpaceMarker.size()) == kSpaceMarker) {
-            p += ' ';
-            k += kSpaceMarker.size();
-          } else {
-            p += t[k++];
-          }
-        }
-        break;
+    const TokenType type = type_of(static_cast<TokenId>(i));
+    if (common_piece(type, t, &pieces_[i])) continue;
+    if (type == TokenType::Byte) {
+      const int b = parse_byte_token(t);
+      if (b < 0) {
+        throw ModelError(fmt::format(
+            "vocabulary: token {} has type byte but its text '{}' is not of the form <0xHH>", i,
+            printable(t)));
       }
-      case TokenType::Byte: {
-        const int b = parse_byte_token(t);
-        if (b < 0) {
-          throw ModelError(fmt::format(
-              "vocabulary: token {} has type byte but its text '{}' is not of the form <0xHH>", i,
-              printable(t)));
-        }
-        pieces_[i] = std::string(1, static_cast<char>(b));
-        break;
+      pieces_[i] = std::string(1, static_cast<char>(b));
+      continue;
+    }
+    std::string& p = pieces_[i];  // a normal token: every U+2581 is a space
+    p.reserve(t.size());
+    for (size_t k = 0; k < t.size();) {
+      if (std::string_view(t).substr(k, kSpaceMarker.size()) == kSpaceMarker) {
+        p += ' ';
+        k += kSpaceMarker.size();
+      } else {
+        p += t[k++];
       }
-      case TokenType::Control:
-      case TokenType::Unknown:
-      case TokenType::UserDefined:
-        pieces_[i] = t;
-        break;
-      case TokenType::Unused:
-      case TokenType::Undefined:
-        break;  // never rendered, as in llama.cpp
     }
   }
 }
 
 std::vector<TokenId> SpmTokenizer::encode(std::string_view text, const EncodeOptions& opt) const {
   const Vocab& v = vocab();
-  if (opt.add_bos && v.bos < 0) {
-    throw InvalidArgument("cannot add BOS: the vocabulary has no BOS token");
-  }
-  if (opt.add_eos && v.eos < 0) {
-    throw InvalidArgument("cannot add EOS: the vocabulary has no EOS token");
-  }
+  check_bos_eos(v, opt);
   // Symbol offsets are 32-bit; the escaped text grows by up to 3x.
   constexpr size_t kMaxText = (std::numeric_limits<int32_t>::max() - 3) / 3;
-  if (text.size() > kMaxText) {
-    throw InvalidArgument(fmt::format("text of {} bytes is too long to tokenize (limit {} bytes)",
-                                      text.size(), kMaxText));
-  }
+  check_text_size(text, kMaxText);
 
   std::vector<TokenId> out;
   if (opt.add_bos) out.push_back(v.bos);

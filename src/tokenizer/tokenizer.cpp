@@ -340,6 +340,57 @@ std::string StreamDecoder::finish() {
 
 namespace tokenizer_detail {
 
+void append_utf8(std::string* s, uint32_t cp) {
+  if (cp < 0x80) {
+    *s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *s += static_cast<char>(0xC0 | (cp >> 6));
+    *s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *s += static_cast<char>(0xE0 | (cp >> 12));
+    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    *s += static_cast<char>(0xF0 | (cp >> 18));
+    *s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    *s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+void check_bos_eos(const Vocab& v, const Tokenizer::EncodeOptions& opt) {
+  if (opt.add_bos && v.bos < 0) {
+    throw InvalidArgument("cannot add BOS: the vocabulary has no BOS token");
+  }
+  if (opt.add_eos && v.eos < 0) {
+    throw InvalidArgument("cannot add EOS: the vocabulary has no EOS token");
+  }
+}
+
+void check_text_size(std::string_view text, size_t max_bytes) {
+  if (text.size() > max_bytes) {
+    throw InvalidArgument(fmt::format("text of {} bytes is too long to tokenize (limit {} bytes)",
+                                      text.size(), max_bytes));
+  }
+}
+
+bool common_piece(TokenType type, const std::string& text, std::string* piece) {
+  switch (type) {
+    case TokenType::Normal:
+    case TokenType::Byte:
+      return false;
+    case TokenType::Control:
+    case TokenType::Unknown:
+    case TokenType::UserDefined:
+      *piece = text;
+      return true;
+    case TokenType::Unused:
+    case TokenType::Undefined:
+      break;
+  }
+  return true;  // never rendered, as in llama.cpp
+}
+
 Utf8Seq scan_utf8(std::string_view s, size_t i) {
   const auto b0 = static_cast<uint8_t>(s[i]);
   if (b0 < 0x80) return {Utf8Kind::Complete, 1};

@@ -89,24 +89,6 @@ bool is_punct(uint32_t c) {
   }
 }
 
-void append_utf8(std::string* s, uint32_t cp) {
-  if (cp < 0x80) {
-    *s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *s += static_cast<char>(0xC0 | (cp >> 6));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    *s += static_cast<char>(0xE0 | (cp >> 12));
-    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    *s += static_cast<char>(0xF0 | (cp >> 18));
-    *s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    *s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // Calls f(code point) for each character of s; each ill-formed subpart is
 // U+FFFD.
 template <typename F>
@@ -167,25 +149,15 @@ WpmTokenizer::WpmTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)) {
   pieces_.resize(v.tokens.size());
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const std::string& t = v.tokens[i];
-    switch (type_of(static_cast<TokenId>(i))) {
-      case TokenType::Normal:
-      case TokenType::Byte:
-        if (std::string_view(t).substr(0, kSpaceMarker.size()) == kSpaceMarker) {
-          pieces_[i].reserve(t.size() - kSpaceMarker.size() + 1);
-          pieces_[i] += ' ';
-          pieces_[i].append(t, kSpaceMarker.size());
-        } else {
-          pieces_[i] = t;
-        }
-        break;
-      case TokenType::Control:
-      case TokenType::Unknown:
-      case TokenType::UserDefined:
-        pieces_[i] = t;
-        break;
-      case TokenType::Unused:
-      case TokenType::Undefined:
-        break;
+    if (common_piece(type_of(static_cast<TokenId>(i)), t, &pieces_[i])) continue;
+    // A normal or byte token: the phantom space of a word-initial piece is
+    // a space.
+    if (std::string_view(t).substr(0, kSpaceMarker.size()) == kSpaceMarker) {
+      pieces_[i].reserve(t.size() - kSpaceMarker.size() + 1);
+      pieces_[i] += ' ';
+      pieces_[i].append(t, kSpaceMarker.size());
+    } else {
+      pieces_[i] = t;
     }
   }
 }
@@ -245,10 +217,7 @@ std::vector<TokenId> WpmTokenizer::encode(std::string_view text, const EncodeOpt
   // CJK padding triples a character at most and NFD grows text by a bounded
   // factor; ICU takes 32-bit lengths.
   constexpr size_t kMaxText = std::numeric_limits<int32_t>::max() / 8;
-  if (text.size() > kMaxText) {
-    throw InvalidArgument(fmt::format("text of {} bytes is too long to tokenize (limit {} bytes)",
-                                      text.size(), kMaxText));
-  }
+  check_text_size(text, kMaxText);
 
   std::vector<TokenId> out;
   if (opt.add_bos) out.push_back(v.bos);
