@@ -39,6 +39,7 @@ CLI::Option* add_setting_flag(CLI::App* sub, const settings::Setting& s,
             }
           },
           std::string(s.help))
+      ->type_name("INT")
       ->check(setting_check(s));
 }
 
