@@ -81,6 +81,8 @@ std::vector<Value> bad_values(const Setting& s) {
 // Both ends of the range (the low one only when it is included).
 std::vector<Value> good_values(const Setting& s) {
   std::vector<Value> out;
+  if (s.type == Type::Bool)
+    return {{"false", json(false), 0, "false"}, {"true", json(true), 1, "true"}};
   if (s.type == Type::Seed) {
     out.push_back({"0", json(0), 0, "the minimum"});
     out.push_back({"18446744073709551615", json(std::numeric_limits<uint64_t>::max()),
@@ -115,7 +117,9 @@ Args with_flag(const Command& c, const Setting& s, const std::string& text) {
   // serve binds its port before it loads the model: any free one, unless
   // the port is what is being tried.
   if (c.front == settings::kServe && s.name != "port") a = a + Args{"--port", "0"};
-  return a + Args{std::string(settings::long_flag(s)), text};
+  a.push_back(std::string(settings::long_flag(s)));
+  if (s.type != Type::Bool) a.push_back(text);  // a flag without a value is true
+  return a;
 }
 
 TEST(Settings, EveryCliFlagRefusesTheSameBadValuesAndTakesItsBoundaries) {
@@ -125,7 +129,8 @@ TEST(Settings, EveryCliFlagRefusesTheSameBadValuesAndTakesItsBoundaries) {
     const std::string flag(settings::long_flag(*s));
     for (const Command& c : kCommands) {
       if (!(s->fronts & c.front)) continue;
-      for (const Value& v : bad_values(*s)) {
+      // A boolean is a flag without a value: nothing to get wrong but its presence.
+      for (const Value& v : s->type == Type::Bool ? std::vector<Value>{} : bad_values(*s)) {
         SCOPED_TRACE(c.args[0] + " " + trace(*s, v));
         const CliResult r = run_encore(with_flag(c, *s, v.text));
         EXPECT_NE(r.exit_code, 0);
@@ -134,6 +139,7 @@ TEST(Settings, EveryCliFlagRefusesTheSameBadValuesAndTakesItsBoundaries) {
         ++checked;
       }
       for (const Value& v : good_values(*s)) {
+        if (s->type == Type::Bool && v.number == 0) continue;
         SCOPED_TRACE(c.args[0] + " " + trace(*s, v));
         const CliResult r = run_encore(with_flag(c, *s, v.text));
         // Accepted: the command ran and stopped at the missing model.
@@ -372,7 +378,7 @@ TEST(Settings, StructDefaultsAreTheTables) {
   const ServerOptions server;
   visit_settings(request, same);
   visit_settings(server, same);
-  EXPECT_EQ(checked, 13 + 12);
+  EXPECT_EQ(checked, 15 + 12);
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ enum class Type {
   Number,   // a float or double member: finite, in range
   Integer,  // an integer member (no fraction, no exponent)
   Seed,     // a uint64 (or -1: drawn at random)
+  Bool,     // true or false (a CLI flag without a value); min 0, max 1
 };
 
 // Which front ends expose a setting (bits).
@@ -208,6 +209,30 @@ inline constexpr Setting kSeed{
     .off_means = "random",
     .help = "Seed of the sampler (-1 or absent: drawn at random and reported)",
     .fronts = kRequestFronts,
+};
+
+inline constexpr Setting kIgnoreEos{
+    .name = "ignore_eos",
+    .flags = "--ignore-eos",
+    .type = Type::Bool,
+    .def = 0,
+    .min = 0,
+    .max = 1,
+    .help = "Generate past end-of-generation tokens (benchmarks)",
+    .fronts = kApi | kRun,
+};
+inline constexpr Setting kParseSpecial{
+    .name = "parse_special",
+    .flags = "--parse-special,--special",
+    .type = Type::Bool,
+    .def = 0,
+    .min = 0,
+    .max = 1,
+    .help =
+        "Tokenize special-token text in a text prompt (the BOS and EOS texts, chat markers) "
+        "as those control tokens; without it such text is plain text. Not with messages "
+        "(--chat): their content is always plain text (the API: /v1/completions only)",
+    .fronts = kApi | kRun,
 };
 
 // ---- the engine (EngineOptions: engine.h; the CLI's EngineFlags) -------------
@@ -483,6 +508,8 @@ void visit_settings(R& r, V&& v) {
   v(settings::kN, r.n);
   v(settings::kLogprobs, r.logprobs);
   v(settings::kSeed, r.seed);
+  v(settings::kIgnoreEos, r.ignore_eos);
+  v(settings::kParseSpecial, r.parse_special);
 }
 
 template <class F, class V>

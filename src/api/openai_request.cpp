@@ -107,6 +107,10 @@ float get_float(const json& v, const std::string& field, double lo, double hi, b
 }
 
 // The setting s of the table (settings.h) from JSON: its range, its name.
+bool get_bool(const json& v, const settings::Setting& s) {
+  if (!v.is_boolean()) fail_type(std::string(s.name), settings::expected_text(s), v);
+  return v.get<bool>();
+}
 float get_float(const json& v, const settings::Setting& s) {
   return get_float(v, std::string(s.name), s.min, s.max, s.min_open, settings::expected_text(s));
 }
@@ -555,8 +559,9 @@ Request parse_request(const json& body, Endpoint endpoint) {
     }
     if (const json* v = find(body, "prompt")) parse_prompt(*v, r);
     // Special-token text in a text prompt is plain text unless asked for.
-    if (const json* v = find(body, "parse_special"))
-      r.parse_special = get_bool(*v, "parse_special");
+    if (const json* v = find(body, settings::kParseSpecial.name)) {
+      r.parse_special = get_bool(*v, settings::kParseSpecial);
+    }
   } else {
     if (find(body, "prompt")) {
       fail("prompt", "a chat request takes \"messages\"; \"prompt\" belongs to /v1/completions");
@@ -564,8 +569,9 @@ Request parse_request(const json& body, Endpoint endpoint) {
     const json* v = find(body, "messages");
     if (!v) fail("messages", "missing; a chat request needs a non-empty \"messages\" array");
     parse_messages(*v, r);
-    if (const json* v = find(body, "parse_special"); v && get_bool(*v, "parse_special")) {
-      fail("parse_special",
+    const settings::Setting& special = settings::kParseSpecial;
+    if (const json* v = find(body, special.name); v && get_bool(*v, special)) {
+      fail(std::string(special.name),
            "message content is always plain text (only the chat template's own markers are "
            "special tokens); parse_special belongs to /v1/completions");
     }
@@ -589,7 +595,9 @@ Request parse_request(const json& body, Endpoint endpoint) {
   }
   if (const json* v = find(body, settings::kN.name)) r.n = get_int(*v, settings::kN);
   if (const json* v = find(body, "stop")) parse_stop(*v, r);
-  if (const json* v = find(body, "ignore_eos")) r.ignore_eos = get_bool(*v, "ignore_eos");
+  if (const json* v = find(body, settings::kIgnoreEos.name)) {
+    r.ignore_eos = get_bool(*v, settings::kIgnoreEos);
+  }
   check_unsupported(body, endpoint, r);
   return r;
 }

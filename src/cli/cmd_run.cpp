@@ -32,8 +32,6 @@ struct RunArgs {
   bool chat = false;                  // wrap the prompt in the model's chat template
   std::optional<std::string> system;  // system message (implies chat)
   std::string chat_template;          // family name overriding the model's template (implies chat)
-  bool special = false;               // --parse-special: special-token text in a plain prompt
-  bool ignore_eos = false;            // EOG tokens are generated like any other
   std::vector<std::string> logit_bias;  // ID(+/-)BIAS
   std::string samplers;                 // stage order, e.g. "penalties;top_k;temperature"
   std::vector<std::string> stop;
@@ -127,7 +125,7 @@ Request request_from_flags(const RunArgs& a) {
     r.chat_template = a.chat_template;
   } else {
     r.prompt = prompt;
-    r.parse_special = a.special;
+    r.parse_special = a.request.parse_special;
   }
   r.sampling = a.request.sampling;
   for (const std::string& b : a.logit_bias) r.sampling.logit_bias.push_back(parse_logit_bias(b));
@@ -135,7 +133,7 @@ Request request_from_flags(const RunArgs& a) {
   r.seed = a.request.seed;  // none: the engine draws one and reports it
   r.n = a.request.n;
   r.stop = a.stop;
-  r.ignore_eos = a.ignore_eos;
+  r.ignore_eos = a.request.ignore_eos;
   return r;
 }
 
@@ -330,18 +328,11 @@ void add_run_command(CLI::App& app) {
          "--chat-template", args->chat_template,
          "Chat template family instead of the model's (implies --chat): " + chat_template_names())
       ->type_name("NAME");
-  CLI::Option* special = sub->add_flag(
-      "--parse-special,--special", args->special,
-      "Tokenize special-token text in the -p/-f prompt (<s>, </s>, <|im_start|>...) as those "
-      "control tokens; without it such text is plain text. Not with --chat: message content is "
-      "always plain text");
-  request_opts.push_back(sub->add_flag("--ignore-eos", args->ignore_eos,
-                                       "Generate past end-of-generation tokens (benchmarks)"));
+  CLI::Option* special = sub->get_option(std::string(settings::long_flag(settings::kParseSpecial)));
   for (const char* name : {"--chat", "--system", "--chat-template"}) {
     special->excludes(sub->get_option(name));
     request_opts.push_back(sub->get_option(name));
   }
-  request_opts.push_back(special);
   for (CLI::Option* o : request_opts) resume->excludes(o);
   sub->callback([args] { run_generate(*args); });
 }

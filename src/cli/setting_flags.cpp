@@ -43,4 +43,8 @@ CLI::Option* add_setting_flag(CLI::App* sub, const settings::Setting& s,
       ->check(setting_check(s));
 }
 
+CLI::Option* add_setting_flag(CLI::App* sub, const settings::Setting& s, bool& member) {
+  return sub->add_flag(std::string(s.flags), member, std::string(s.help));
+}
+
 }  // namespace encore::cli

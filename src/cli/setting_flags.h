@@ -26,10 +26,11 @@ namespace encore::cli {
 CLI::Validator setting_check(const settings::Setting& s);
 
 // The flag of s bound to `member` (an arithmetic member, a std::chrono
-// duration given in seconds, or the seed's std::optional<uint64_t>, where
-// -1 means absent).
+// duration given in seconds, the seed's std::optional<uint64_t>, where -1
+// means absent, or a bool: a flag without a value).
 CLI::Option* add_setting_flag(CLI::App* sub, const settings::Setting& s,
                               std::optional<uint64_t>& member);
+CLI::Option* add_setting_flag(CLI::App* sub, const settings::Setting& s, bool& member);
 template <class Rep, class Period>
 CLI::Option* add_setting_flag(CLI::App* sub, const settings::Setting& s,
                               std::chrono::duration<Rep, Period>& member) {

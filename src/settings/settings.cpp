@@ -25,6 +25,8 @@ constexpr const Setting* kAll[] = {
     &kN,
     &kLogprobs,
     &kSeed,
+    &kIgnoreEos,
+    &kParseSpecial,
     &kThreads,
     &kCtxSize,
     &kBatchTokens,
@@ -60,7 +62,7 @@ std::string fronts_text(unsigned fronts) {
   return s;
 }
 
-constexpr const char* kTypeNames[] = {"number", "integer", "uint64"};  // by Type
+constexpr const char* kTypeNames[] = {"number", "integer", "uint64", "boolean"};  // by Type
 
 }  // namespace
 
@@ -89,6 +91,7 @@ std::string value_text(double v) {
 }
 
 std::string range_text(const Setting& s) {
+  if (s.type == Type::Bool) return "true or false";
   std::string r = fmt::format("{}{}, {}]", s.min_open ? "(" : "[", value_text(s.min),
                               s.type == Type::Seed ? "18446744073709551615" : value_text(s.max));
   if (s.off != kNoOff) r.append(fmt::format(" or {} ({})", s.off, s.off_means));
@@ -96,6 +99,7 @@ std::string range_text(const Setting& s) {
 }
 
 std::string expected_text(const Setting& s) {
+  if (s.type == Type::Bool) return range_text(s);
   return fmt::format("{} in {}", s.type == Type::Number ? "a number" : "an integer", range_text(s));
 }
 
@@ -124,8 +128,11 @@ std::string markdown_table() {
       help.replace(i, 1, "\\|");
     }
     t.append(fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", s->name, flags,
-                         kTypeNames[static_cast<int>(s->type)], value_text(s->def), range_text(*s),
-                         fronts_text(s->fronts), help));
+                         kTypeNames[static_cast<int>(s->type)],
+                         s->type != Type::Bool ? value_text(s->def)
+                         : s->def != 0         ? "true"
+                                               : "false",
+                         range_text(*s), fronts_text(s->fronts), help));
   }
   return t;
 }
