@@ -32,7 +32,7 @@ uint64_t entropy_seed() {
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       throw InvalidArgument(
-          "seed",
+          std::string(settings::kSeed.name),
           fmt::format("none given and none can be drawn from the OS (getrandom: {}): give one",
                       std::strerror(errno)));
     }
@@ -171,7 +171,7 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
     throw InvalidArgument("messages", "a chat template was named but there are no messages");
   }
   if (chat && r.parse_special) {
-    throw InvalidArgument("parse_special",
+    throw InvalidArgument(std::string(settings::kParseSpecial.name),
                           "message content is always plain text (only the chat template's own "
                           "markers are special tokens); parse_special is for text prompts");
   }
