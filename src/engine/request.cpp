@@ -7,6 +7,7 @@
 
 #include "encore/error.h"
 #include "encore/request.h"
+#include "encore/tokenizer.h"  // is_valid_utf8
 
 namespace encore {
 
