@@ -12,10 +12,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "encore/error.h"
 #include "encore/openai.h"
 #include "encore/request.h"
+#include "encore/settings.h"
 
 namespace {
 
@@ -31,17 +33,16 @@ void check_request(const encore::Request& r) {
   check(prompts <= 1);
   check(r.prompt_ids.size() <= (size_t{1} << 20) && r.messages.size() <= 4096);
   for (TokenId id : r.prompt_ids) check(id >= 0);
-  check(r.n >= 1 && r.n <= kMaxSamples);
-  check(r.max_tokens >= -1);
-  check(r.logprobs >= -1 && r.logprobs <= kMaxTopLogprobs);
+  // Every setting of the table (settings.h) in its range: the parser's ranges are the table's.
+  visit_settings(r, [](const settings::Setting& s, const auto& v) {
+    if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(v)>>) {
+      check(settings::allowed(s, static_cast<double>(v)));
+    }
+  });
   check(r.stop.size() <= kMaxStopStrings);
   for (const std::string& s : r.stop) check(!s.empty() && s.size() <= kMaxStopBytes);
   check(r.tenant.empty() && r.priority == 0 && r.resume.empty());
   const SamplingParams& p = r.sampling;
-  check(in(p.temp, 0, 2) && in(p.top_p, 0, 1) && in(p.min_p, 0, 1) && in(p.typical_p, 0, 1));
-  check(p.repeat_penalty > 0 && p.repeat_penalty <= 10);
-  check(in(p.presence_penalty, -2, 2) && in(p.frequency_penalty, -2, 2));
-  check(p.top_k >= 0 && p.repeat_last_n >= -1);
   for (const auto& [id, bias] : p.logit_bias) {
     check(id >= 0 && (in(bias, -100, 100) || bias == -INFINITY));
   }

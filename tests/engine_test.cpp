@@ -180,8 +180,8 @@ TEST_F(EngineTest, BadFieldsAreRefusedAtSubmissionNamingTheField) {
          r.stop = {"a", "\xff"};
        }},
       {"stop", [](Request& r) { r.stop.assign(kMaxStopStrings + 1, "x"); }},
-      {"sampling", [](Request& r) { r.sampling.temp = -1; }},
-      {"sampling",
+      {"temperature", [](Request& r) { r.sampling.temp = -1; }},
+      {"logit_bias",
        [](Request& r) {
          r.sampling.logit_bias = {{99999, 1.0f}};
        }},
@@ -217,6 +217,7 @@ TEST_F(EngineTest, BadFieldsAreRefusedAtSubmissionNamingTheField) {
       e.submit(r);
       ADD_FAILURE() << c.field << ": accepted";
     } catch (const InvalidArgument& err) {
+      EXPECT_EQ(err.field(), c.field) << err.what();
       EXPECT_EQ(std::string(err.what()).rfind(c.field, 0), 0u)
           << "the error should start with the field " << c.field << ": " << err.what();
     }
@@ -241,7 +242,8 @@ TEST_F(EngineTest, ALogitBiasThatBansEveryTokenIsRefused) {
     ADD_FAILURE() << "a logit bias banning all " << n_vocab << " tokens was accepted";
   } catch (const InvalidArgument& err) {
     const std::string what = err.what();
-    EXPECT_TRUE(what.starts_with("sampling: logit bias bans every token")) << what;
+    EXPECT_TRUE(what.starts_with("logit_bias: the logit bias bans every token")) << what;
+    EXPECT_EQ(err.field(), "logit_bias");
   }
   EXPECT_EQ(e.stats().requests_submitted, 0);
 

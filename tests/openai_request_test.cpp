@@ -358,7 +358,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(OpenAiRequestErrors, MessageNamesFieldRangeAndValue) {
   const std::string what = completion_error({{"temperature", "hot"}}, "temperature");
-  EXPECT_EQ(what, R"(temperature: must be a number in [0, 2], got "hot")");
+  EXPECT_EQ(what, R"(temperature: must be a number in [0, 1000000], got "hot")");
   try {
     completion({{"top_k", -1}});
     FAIL();
@@ -373,18 +373,19 @@ TEST(OpenAiRequestErrors, NumberFieldRanges) {
     json bad;
     const char* range;
   };
+  // The ranges are the settings table's (settings.h), the same as the CLI's.
   const Case cases[] = {
-      {"temperature", 2.001, "[0, 2]"},
-      {"temperature", -0.1, "[0, 2]"},
+      {"temperature", 1000000.5, "[0, 1000000]"},
+      {"temperature", -0.1, "[0, 1000000]"},
       {"top_p", 1.5, "[0, 1]"},
       {"min_p", -1, "[0, 1]"},
       {"typical_p", 2, "[0, 1]"},
-      {"repeat_penalty", 0, "(0, 10]"},
-      {"repeat_penalty", 1e-300, "(0, 10]"},
-      {"repeat_penalty", 10.5, "(0, 10]"},
-      {"presence_penalty", 2.5, "[-2, 2]"},
-      {"frequency_penalty", -3, "[-2, 2]"},
-      {"temperature", 1e300, "[0, 2]"},
+      {"repeat_penalty", 0, "(0, 1000000]"},
+      {"repeat_penalty", 1e-300, "(0, 1000000]"},
+      {"repeat_penalty", 1e7, "(0, 1000000]"},
+      {"presence_penalty", 2e6, "[-1000000, 1000000]"},
+      {"frequency_penalty", -3e6, "[-1000000, 1000000]"},
+      {"temperature", 1e300, "[0, 1000000]"},
       {"top_p", true, "[0, 1]"},
       {"min_p", "0.1", "[0, 1]"},
       {"typical_p", json::array(), "[0, 1]"},
@@ -396,6 +397,9 @@ TEST(OpenAiRequestErrors, NumberFieldRanges) {
   }
   EXPECT_EQ(completion({{"repeat_penalty", 10}}).sampling.repeat_penalty, 10.0f);
   EXPECT_EQ(completion({{"presence_penalty", -2}}).sampling.presence_penalty, -2.0f);
+  // Wider than OpenAI's documented [0, 2] and [-2, 2], as llama.cpp is (settings.h).
+  EXPECT_EQ(completion({{"temperature", 2.5}}).sampling.temp, 2.5f);
+  EXPECT_EQ(completion({{"frequency_penalty", -3}}).sampling.frequency_penalty, -3.0f);
 }
 
 TEST(OpenAiRequestErrors, IntegerFieldsAreStrictAndRangeChecked) {
@@ -423,7 +427,7 @@ TEST(OpenAiRequestErrors, IntegerFieldsAreStrictAndRangeChecked) {
       {"max_completion_tokens", u64max},
       {"max_completion_tokens", false},
       {"logprobs", kMaxTopLogprobs + 1},
-      {"logprobs", -1},
+      {"logprobs", -2},  // -1 is "none", as Request has it
       {"logprobs", true},
       {"seed", -2},
       {"seed", 1.5},
@@ -467,9 +471,11 @@ TEST(OpenAiRequest, ParseSpecialIsOptInAndCompletionsOnly) {
   const std::string e = chat_error(chat_body({{"parse_special", true}}), "parse_special");
   EXPECT_NE(e.find("message content is always plain text"), std::string::npos) << e;
   // An engine error about a message's role names that field.
-  EXPECT_EQ(engine_error_param("messages[3].role: 'x' is not a role of the chatml chat format"),
+  EXPECT_EQ(param_of(InvalidArgument("messages[3].role",
+                                     "'x' is not a role of the chatml chat "
+                                     "format")),
             "messages[3].role");
-  EXPECT_EQ(engine_error_param("parse_special: message content is always plain text"),
+  EXPECT_EQ(param_of(InvalidArgument("parse_special", "message content is always plain text")),
             "parse_special");
 }
 
@@ -625,7 +631,7 @@ TEST(OpenAiRequestErrors, UnsupportedFieldsAreRefusedNamingThem) {
     EXPECT_LT(what.size(), 300u) << what;
   }
   // Another field's error is not hidden behind these checks: all are still parsed.
-  completion_error({{"echo", true}, {"temperature", 3}}, "temperature");
+  completion_error({{"echo", true}, {"temperature", 3e6}}, "temperature");
 }
 
 // session_id: checked by the engine's own rule (valid_session_id,
@@ -651,12 +657,16 @@ TEST(OpenAiRequestErrors, SessionIdFollowsTheEngineRule) {
   completion_error({{"session_id", 5}}, "session_id");
 }
 
-// Engine messages name their own fields; these are OpenAI's names for them.
-TEST(OpenAiRequestErrors, EngineErrorParam) {
-  EXPECT_EQ(engine_error_param("sampling: logit bias bans every token of the vocabulary"),
+// Engine errors name their own fields (Error::field()); these are OpenAI's
+// names for them.
+TEST(OpenAiRequestErrors, ParamOf) {
+  EXPECT_EQ(param_of(InvalidArgument("logit_bias", "the logit bias bans every token")),
             "logit_bias");
-  EXPECT_EQ(engine_error_param("session: 'x y' is not a session id"), "session_id");
-  EXPECT_EQ(engine_error_param("prompt_ids[2]: token id 9 is outside"), "prompt[2]");
+  EXPECT_EQ(param_of(InvalidArgument("session", "'x y' is not a session id")), "session_id");
+  EXPECT_EQ(param_of(NotFound("session", "none saved")), "session_id");
+  EXPECT_EQ(param_of(InvalidArgument("prompt_ids[2]", "token id 9 is outside")), "prompt[2]");
+  EXPECT_EQ(param_of(InvalidArgument("top_p", "must be a number in [0, 1], got 2")), "top_p");
+  EXPECT_EQ(param_of(InvalidArgument("the engine is shutting down")), "");
 }
 
 TEST(OpenAiRequestErrors, BodyNotAnObject) {
@@ -712,7 +722,7 @@ TEST(OpenAiBatchLine, BatchApiEnvelope) {
   EXPECT_EQ(b.request.prompt_ids, (std::vector<TokenId>{1, 2, 3}));
   EXPECT_EQ(b.request.max_tokens, 16);
   // Fields inside the body are named relative to it, as the endpoint would name them.
-  line_error(R"({"url": "/v1/completions", "body": {"temperature": 3}})", "temperature");
+  line_error(R"({"url": "/v1/completions", "body": {"temperature": 3e6}})", "temperature");
   // The url decides: messages in a completions body is an error.
   line_error(R"({"url": "/v1/completions", "body": {"messages": []}})", "messages");
 }

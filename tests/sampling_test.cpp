@@ -600,6 +600,9 @@ TEST(Params, ValidateNamesTheBadField) {
   p.frequency_penalty = kInf;
   expect_bad(p, "frequency_penalty");
   p = {};
+  p.top_k = -5;  // the settings table's range: [0, 2147483647]
+  expect_bad(p, "top_k");
+  p = {};
   p.logit_bias = {{10, 1.0f}};
   expect_bad(p, "logit bias");
   p = {};
@@ -621,7 +624,7 @@ TEST(Params, ValidateNamesTheBadField) {
   p.top_p = 0.0f;
   p.min_p = 1.0f;
   p.repeat_last_n = -1;
-  p.top_k = -5;
+  p.top_k = 0;
   p.order = {};
   EXPECT_NO_THROW(p.validate(10));
 }

@@ -64,17 +64,15 @@ enum class Endpoint { Completions, ChatCompletions };
 
 // An invalid request. what() is "FIELD: MESSAGE" (just MESSAGE when the field
 // is ""); the message says the allowed type or range and what was given.
+// field() is the JSON field as a path relative to the request body
+// ("temperature", "messages[2].content", "logit_bias.15043", "stop[1]"); for
+// a batch line's envelope "custom_id", "method", "url" or "body". "" when the
+// error is not about one field (JSON syntax, a body that is not an object).
+// Numeric settings are checked against the settings table (settings.h), the
+// same ranges as the CLI flags and Request::validate.
 class RequestError : public InvalidArgument {
  public:
-  RequestError(std::string field, const std::string& message);
-  // The JSON field as a path relative to the request body ("temperature",
-  // "messages[2].content", "logit_bias.15043", "stop[1]"); for a batch line's
-  // envelope "custom_id", "method", "url" or "body". "" when the error is not
-  // about one field (JSON syntax, a body that is not an object).
-  const std::string& field() const { return field_; }
-
- private:
-  std::string field_;
+  using InvalidArgument::InvalidArgument;
 };
 
 // body: one request object. Throws RequestError.
@@ -94,11 +92,11 @@ struct BatchLine {
 };
 BatchLine parse_batch_line(std::string_view line);
 
-// The request field (OpenAI's name) an engine error is about: the engine
-// starts its messages with its own field names ("prompt_ids[2]: ...",
-// "sampling: top_p ...", "messages[0].role: ..."); "" when the message names
-// none.
-std::string engine_error_param(const std::string& message);
+// The request field (OpenAI's name: the "param" of an error answer) an
+// error is about: its field() with the engine's own names mapped
+// ("prompt_ids[2]" -> "prompt[2]", "session" -> "session_id"); "" when it
+// names none.
+std::string param_of(const Error& e);
 
 // A request body's JSON tree, with the bounds of a batch line (size,
 // nesting). Throws RequestError (field "") with the byte offset of a

@@ -21,6 +21,7 @@
 
 #include "encore/chat_template.h"
 #include "encore/sampler.h"
+#include "encore/settings.h"
 
 namespace encore {
 
@@ -37,8 +38,8 @@ FinishReason finish_reason_from_name(std::string_view name);
 // Bounds on a request (checked at submission, errors name the field).
 inline constexpr size_t kMaxStopStrings = 16;  // stop strings per request
 inline constexpr size_t kMaxStopBytes = 256;   // bytes per stop string (bounds held text)
-inline constexpr int kMaxTopLogprobs = 20;     // alternatives per token
-inline constexpr int kMaxSamples = 64;         // n
+inline constexpr int kMaxTopLogprobs = static_cast<int>(settings::kLogprobs.max);  // per token
+inline constexpr int kMaxSamples = static_cast<int>(settings::kN.max);             // n
 inline constexpr size_t kMaxTenantBytes = 256;
 
 // Session ids (Request::session): 1 to kMaxSessionBytes bytes of
@@ -58,7 +59,7 @@ constexpr bool valid_session_id(std::string_view id) {
   return true;
 }
 // The largest context size an engine accepts (bounds its scratch buffers).
-inline constexpr int32_t kMaxContext = 1 << 20;
+inline constexpr int32_t kMaxContext = static_cast<int32_t>(settings::kCtxSize.max);
 
 // Everything needed to continue one sample exactly where it stopped: plain
 // data, saved and restored by the caller (`encore run --save-state` writes
@@ -78,7 +79,9 @@ struct SampleState {
 };
 
 // One request: the one home of every field a front end sets. Validated once,
-// at Engine::submit(), with errors that name the field.
+// at Engine::submit() (validate()), with errors that name the field
+// (Error::field()). The numeric settings' defaults, ranges and help are the
+// settings table's (settings.h, where visit_settings pairs them with the members).
 struct Request {
   // The prompt: at most one of `prompt` (text), `prompt_ids` and `messages`.
   // Text is tokenized as llama.cpp does (BOS/EOS per the model's add_bos /
@@ -96,13 +99,15 @@ struct Request {
   // with messages.
   bool parse_special = false;
 
-  SamplingParams sampling;        // repeat_last_n -1 = the context size
-  std::optional<uint64_t> seed;   // absent: drawn from the OS and reported in the Response
-  int32_t n = 1;                  // samples; sample i draws from RNG stream i whatever n is
-  int32_t max_tokens = -1;        // per sample; -1: until EOG, a stop string or the context
+  SamplingParams sampling;                 // repeat_last_n -1 = the context size
+  std::optional<uint64_t> seed;            // absent: drawn from the OS and reported in the Response
+  int32_t n = settings::kN.int_default();  // samples; sample i draws from RNG stream i
+                                           // whatever n is
+  // Per sample; -1: until EOG, a stop string or the context.
+  int32_t max_tokens = settings::kMaxTokens.int_default();
   std::vector<std::string> stop;  // matched in the text across token boundaries
   // -1: no logprobs; 0: the chosen token's; N: also the N most likely tokens.
-  int32_t logprobs = -1;
+  int32_t logprobs = settings::kLogprobs.int_default();
   bool ignore_eos = false;  // EOG tokens are generated like any other (benchmarks)
 
   // Who asks: salts the prefix cache (requests of different tenants never
@@ -132,6 +137,12 @@ struct Request {
   // window, held text and decoder bytes are recomputed from the ids and must
   // match, so an edited state is refused.
   std::vector<SampleState> resume;
+
+  // Every check that needs no model beyond its vocabulary size: the table's
+  // ranges (SamplingParams::validate too), the stop strings (count, bytes,
+  // UTF-8) and the tenant's size. Throws InvalidArgument with field() set.
+  // Cost: O(request size).
+  void validate(int n_vocab) const;
 };
 
 struct SampleResult {

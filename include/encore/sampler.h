@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "encore/isa.h"
+#include "encore/settings.h"
 
 namespace encore {
 
@@ -123,16 +124,18 @@ enum class StageKind { Penalties, TopK, TypicalP, TopP, MinP, Temperature };
 std::vector<StageKind> parse_sampler_order(std::string_view text);
 std::string sampler_order_string(const std::vector<StageKind>& order);
 
+// Defaults, ranges and help: the settings table (settings.h).
 struct SamplingParams {
-  float temp = 0.8f;
-  int32_t top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float typical_p = 1.0f;
-  float repeat_penalty = 1.0f;  // 1: off
-  int32_t repeat_last_n = 64;   // 0: off; -1: the whole context (resolved by the caller)
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
+  float temp = settings::kTemperature.float_default();
+  int32_t top_k = settings::kTopK.int_default();
+  float top_p = settings::kTopP.float_default();
+  float min_p = settings::kMinP.float_default();
+  float typical_p = settings::kTypicalP.float_default();
+  float repeat_penalty = settings::kRepeatPenalty.float_default();  // 1: off
+  int32_t repeat_last_n = settings::kRepeatLastN.int_default();     // 0: off; -1: the whole
+                                                                 // context (resolved by the caller)
+  float presence_penalty = settings::kPresencePenalty.float_default();
+  float frequency_penalty = settings::kFrequencyPenalty.float_default();
   // Added to the logits in this order. -inf is a ban (the token is never
   // drawn while another one is left); a finite bias, even -100, only shifts
   // (llama.cpp's semantics; the OpenAI parser maps OpenAI's -100 to -inf).
@@ -140,12 +143,11 @@ struct SamplingParams {
   std::vector<StageKind> order = {StageKind::Penalties, StageKind::TopK, StageKind::TypicalP,
                                   StageKind::TopP,      StageKind::MinP, StageKind::Temperature};
 
-  // Throws InvalidArgument naming the field: NaN anywhere, temp < 0,
-  // top_p/min_p/typical_p outside [0, 1], repeat_penalty <= 0,
-  // repeat_last_n < -1, a logit bias id outside [0, n_vocab) or NaN/+inf bias,
-  // a logit bias that bans (-inf) every id in [0, n_vocab), a stage named
-  // twice. Cost: O(entries), plus O(n_vocab) when logit_bias has >= n_vocab
-  // entries.
+  // Throws InvalidArgument with field() naming the setting: a value outside
+  // its range in the settings table (NaN included), a logit bias id outside
+  // [0, n_vocab) or NaN/+inf bias ("logit_bias"), a logit bias that bans
+  // (-inf) every id in [0, n_vocab), a stage named twice ("samplers"). Cost:
+  // O(entries), plus O(n_vocab) when logit_bias has >= n_vocab entries.
   void validate(int n_vocab) const;
 };
 

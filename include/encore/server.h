@@ -38,38 +38,51 @@
 #include <string>
 
 #include "encore/engine.h"
+#include "encore/settings.h"
 
 namespace encore {
 
+// The numeric limits' defaults, ranges and help are the settings table's
+// (settings.h, where visit_settings pairs them with the members); Server::create
+// checks them there.
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                      // 0: any free port (see Server::port())
-  std::string api_keys_file;            // "": no authentication, one tenant ("")
-  std::string model_name = "encore";    // the id /v1/models reports
-  std::string chat_template;            // family for chat requests when the model has no template
-  size_t max_body_bytes = 8u << 20;     // per request, whatever the framing (413)
-  size_t max_header_bytes = 32u << 10;  // request line and headers (431); at most 100 fields
-  int max_in_flight = 64;               // requests answered at once over all tenants; more get 503
-  int tenant_in_flight = 0;             // default per-tenant limit (0: max_in_flight); more get 429
-  int max_connections = 1024;           // open connections; more are shed at accept (503)
-  int max_connections_per_ip = 64;      // per client address (0: none, e.g. behind a proxy)
-  int io_threads = 2;                   // threads serving every connection's reads and writes
+  int port = settings::kPort.int_default();  // 0: any free port (see Server::port())
+  std::string api_keys_file;                 // "": no authentication, one tenant ("")
+  std::string model_name = "encore";         // the id /v1/models reports
+  std::string chat_template;  // family for chat requests when the model has no template
+  // Per request, whatever the framing (413).
+  size_t max_body_bytes = static_cast<size_t>(settings::kMaxBodyBytes.def);
+  // Request line and headers (431); at most 100 fields.
+  size_t max_header_bytes = static_cast<size_t>(settings::kMaxHeaderBytes.def);
+  // Requests answered at once over all tenants; more get 503.
+  int max_in_flight = settings::kMaxInFlight.int_default();
+  // Default per-tenant limit (0: max_in_flight); more get 429.
+  int tenant_in_flight = settings::kTenantInFlight.int_default();
+  // Open connections; more are shed at accept (503).
+  int max_connections = settings::kMaxConnections.int_default();
+  // Per client address (0: none, e.g. behind a proxy).
+  int max_connections_per_ip = settings::kMaxConnectionsPerIp.int_default();
+  // Threads serving every connection's reads and writes.
+  int io_threads = settings::kIoThreads.int_default();
   // A request may take this long from submission to its last byte (504, or
   // a timeout error in the body once the answer has begun).
-  std::chrono::seconds request_timeout{600};
+  std::chrono::seconds request_timeout{settings::kRequestTimeout.int_default()};
   // Each read of a request's headers and body must progress within
   // read_timeout, and the whole request must have arrived read_deadline
   // after its first byte: a client that stalls or trickles ("slowloris") is
   // answered 408 and cut off (counted as rejected, reason slow_client).
-  std::chrono::seconds read_timeout{10};
-  std::chrono::milliseconds read_deadline{30000};
-  std::chrono::seconds idle_timeout{5};  // a kept-alive connection waiting for its next request
+  std::chrono::seconds read_timeout{settings::kReadTimeout.int_default()};
+  std::chrono::milliseconds read_deadline{static_cast<int64_t>(settings::kReadDeadline.def * 1000)};
+  // A kept-alive connection waiting for its next request.
+  std::chrono::seconds idle_timeout{settings::kIdleTimeout.int_default()};
 };
 
 class Server {
  public:
-  // Binds the socket. Throws InvalidArgument for bad options or an API-key
-  // file that does not parse (naming the line), Error when it cannot bind.
+  // Binds the socket. Throws InvalidArgument for options outside the
+  // settings table's ranges (field() names the option) or an API-key file
+  // that does not parse (naming the line), Error when it cannot bind.
   static std::unique_ptr<Server> create(const ServerOptions& options);
   ~Server();
   Server(const Server&) = delete;

@@ -150,7 +150,8 @@ struct DiskStoreOptions {
   TenantShares shares;
   StoreLog log;
 };
-// $XDG_CACHE_HOME/encore, else $HOME/.cache/encore, else "" (none).
+// util::cache_dir(): $XDG_CACHE_HOME/encore, else $HOME/.cache/encore (absolute
+// values only), else "" (none).
 std::string default_state_dir();
 
 struct RedisStoreOptions {

@@ -5,10 +5,12 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "encore/openai.h"
+#include "encore/settings.h"
 
 namespace encore::api {
 
@@ -57,7 +59,7 @@ std::string describe(const json& v) {
 }
 
 // The value of `key`, or null when it is absent or JSON null (both mean "the default").
-const json* find(const json& obj, const char* key) {
+const json* find(const json& obj, std::string_view key) {
   const auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
@@ -76,8 +78,9 @@ const std::string& get_string(const json& v, const std::string& field) {
 // A JSON integer in [lo, hi]. The range is checked on the stored int64 or
 // uint64 before any narrowing, so 1e300 or 2^64-1 is an error, never a wrap.
 // Integer fields take JSON integers only: 3.0 is refused, as OpenAI does.
-int64_t get_int(const json& v, const std::string& field, int64_t lo, int64_t hi) {
-  const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
+int64_t get_int(const json& v, const std::string& field, int64_t lo, int64_t hi,
+                std::string expected = {}) {
+  if (expected.empty()) expected = fmt::format("an integer in [{}, {}]", lo, hi);
   if (!v.is_number_integer()) fail_type(field, expected, v);
   if (v.is_number_unsigned()) {  // every non-negative JSON integer lands here: check both ends
     const uint64_t u = v.get<uint64_t>();
@@ -93,14 +96,31 @@ int64_t get_int(const json& v, const std::string& field, int64_t lo, int64_t hi)
 // A JSON number (integer or not; booleans are not numbers) in [lo, hi], or
 // (lo, hi] when lo_open. Checked as a double, then as the float stored, so a
 // tiny positive value that rounds to 0 cannot pass an open bound.
-float get_float(const json& v, const std::string& field, double lo, double hi, bool lo_open) {
-  const std::string expected = fmt::format("a number in {}{}, {}]", lo_open ? "(" : "[", lo, hi);
+float get_float(const json& v, const std::string& field, double lo, double hi, bool lo_open,
+                const std::string& expected) {
   if (!v.is_number()) fail_type(field, expected, v);
   const double d = v.get<double>();
   const float f = static_cast<float>(d);
   const bool low = lo_open ? !(d > lo && f > lo) : !(d >= lo);
   if (low || !(d <= hi)) fail_type(field, expected, v);
   return f;
+}
+
+// The setting s of the table (settings.h) from JSON: its range, its name.
+bool get_bool(const json& v, const settings::Setting& s) {
+  if (!v.is_boolean()) fail_type(std::string(s.name), settings::expected_text(s), v);
+  return v.get<bool>();
+}
+float get_float(const json& v, const settings::Setting& s) {
+  return get_float(v, std::string(s.name), s.min, s.max, s.min_open, settings::expected_text(s));
+}
+int32_t get_int(const json& v, const settings::Setting& s, std::string_view key = {}) {
+  const std::string field(key.empty() ? s.name : key);
+  if (s.off != settings::kNoOff && v.is_number_integer() && v == s.off) {
+    return static_cast<int32_t>(s.off);
+  }
+  return static_cast<int32_t>(get_int(v, field, static_cast<int64_t>(s.min),
+                                      static_cast<int64_t>(s.max), settings::expected_text(s)));
 }
 
 // ---- the prompt -------------------------------------------------------------
@@ -192,32 +212,6 @@ void parse_messages(const json& v, Request& r) {
 
 // ---- sampling ---------------------------------------------------------------
 
-struct FloatField {
-  const char* name;
-  double lo, hi;
-  bool lo_open;
-  float SamplingParams::*member;
-};
-constexpr FloatField kFloatFields[] = {
-    {"temperature", 0, 2, false, &SamplingParams::temp},
-    {"top_p", 0, 1, false, &SamplingParams::top_p},
-    {"min_p", 0, 1, false, &SamplingParams::min_p},
-    {"typical_p", 0, 1, false, &SamplingParams::typical_p},
-    {"repeat_penalty", 0, 10, true, &SamplingParams::repeat_penalty},
-    {"presence_penalty", -2, 2, false, &SamplingParams::presence_penalty},
-    {"frequency_penalty", -2, 2, false, &SamplingParams::frequency_penalty},
-};
-
-struct IntField {
-  const char* name;
-  int64_t lo;
-  int32_t SamplingParams::*member;
-};
-constexpr IntField kIntFields[] = {
-    {"top_k", 0, &SamplingParams::top_k},
-    {"repeat_last_n", -1, &SamplingParams::repeat_last_n},
-};
-
 // {"15043": -100, ...}: OpenAI's ban is -100, stored as -inf so the token can
 // never be drawn whatever its logit.
 void parse_logit_bias(const json& v, SamplingParams& p) {
@@ -238,7 +232,7 @@ void parse_logit_bias(const json& v, SamplingParams& p) {
                               "sign or leading zeros), got {}",
                               kInt32Max, describe(json(key))));
     }
-    const float b = get_float(bias, field, -100, 100, false);
+    const float b = get_float(bias, field, -100, 100, false, "a number in [-100, 100]");
     p.logit_bias.emplace_back(static_cast<TokenId>(id),
                               b == -100.0f ? -std::numeric_limits<float>::infinity() : b);
   }
@@ -271,57 +265,57 @@ void parse_stop(const json& v, Request& r) {
 // the limit it set; -1 or null alone means unlimited.
 void parse_max_tokens(const json& body, Endpoint endpoint, Request& r) {
   r.max_tokens = endpoint == Endpoint::Completions ? 16 : -1;
-  const json* legacy = find(body, "max_tokens");
+  const std::string legacy_key(settings::kMaxTokens.name);
+  const json* legacy = find(body, legacy_key);
   const json* current = find(body, "max_completion_tokens");
-  if (legacy) r.max_tokens = static_cast<int32_t>(get_int(*legacy, "max_tokens", -1, kInt32Max));
-  if (current) {
-    r.max_tokens = static_cast<int32_t>(get_int(*current, "max_completion_tokens", -1, kInt32Max));
-  }
+  if (legacy) r.max_tokens = get_int(*legacy, settings::kMaxTokens);
+  if (current) r.max_tokens = get_int(*current, settings::kMaxTokens, "max_completion_tokens");
   if (!legacy && !current &&
-      (body.contains("max_tokens") || body.contains("max_completion_tokens"))) {
+      (body.contains(legacy_key) || body.contains("max_completion_tokens"))) {
     r.max_tokens = -1;
   }
 }
 
 void parse_logprobs(const json& body, Endpoint endpoint, Request& r) {
   if (endpoint == Endpoint::Completions) {
-    if (const json* v = find(body, "logprobs")) {
-      r.logprobs = static_cast<int32_t>(get_int(*v, "logprobs", 0, kMaxTopLogprobs));
+    if (const json* v = find(body, settings::kLogprobs.name)) {
+      r.logprobs = get_int(*v, settings::kLogprobs);
     }
     return;
   }
-  const json* lp = find(body, "logprobs");
-  const bool on = lp && get_bool(*lp, "logprobs");
+  const std::string key(settings::kLogprobs.name);  // a boolean here
+  const json* lp = find(body, key);
+  const bool on = lp && get_bool(*lp, key);
   const json* top = find(body, "top_logprobs");
   int32_t n_top = 0;
   if (top) {
-    n_top = static_cast<int32_t>(get_int(*top, "top_logprobs", 0, kMaxTopLogprobs));
+    const settings::Setting& s = settings::kLogprobs;  // a count here: -1 is not "none"
+    n_top = static_cast<int32_t>(
+        get_int(*top, "top_logprobs", static_cast<int64_t>(s.min), static_cast<int64_t>(s.max)));
     if (!on) fail("top_logprobs", "needs \"logprobs\": true");
   }
   r.logprobs = on ? n_top : -1;
 }
 
+// The sampling settings of the table (settings.h), each under its name.
 void parse_sampling(const json& body, Request& r) {
   SamplingParams& p = r.sampling;
-  for (const FloatField& f : kFloatFields) {
-    if (const json* v = find(body, f.name))
-      p.*f.member = get_float(*v, f.name, f.lo, f.hi, f.lo_open);
-  }
-  for (const IntField& f : kIntFields) {
-    if (const json* v = find(body, f.name)) {
-      p.*f.member = static_cast<int32_t>(get_int(*v, f.name, f.lo, kInt32Max));
+  visit_settings(p, [&](const settings::Setting& s, auto& member) {
+    const json* v = find(body, s.name);
+    if (!v) return;
+    if constexpr (std::is_floating_point_v<std::remove_reference_t<decltype(member)>>) {
+      member = get_float(*v, s);
+    } else {
+      member = get_int(*v, s);
     }
-  }
+  });
   if (const json* v = find(body, "logit_bias")) parse_logit_bias(*v, p);
   if (const json* v = find(body, "samplers")) {
     const std::string& text = get_string(*v, "samplers");
     try {
       p.order = parse_sampler_order(text);
     } catch (const InvalidArgument& e) {
-      // parse_sampler_order speaks of the CLI flag; here the field is the JSON key.
-      std::string_view msg = e.what();
-      if (msg.starts_with("--samplers: ")) msg.remove_prefix(12);
-      fail("samplers", clip(msg, 300));
+      fail("samplers", clip(e.message(), 300));
     }
   }
 }
@@ -527,29 +521,11 @@ std::optional<std::string> custom_id_of(const json& line) {
 
 }  // namespace
 
-std::string engine_error_param(const std::string& message) {
-  const size_t colon = message.find(": ");
-  if (colon == std::string::npos || message.find(' ') < colon) return {};
-  const std::string field = message.substr(0, colon);
-  if (field.rfind("prompt_ids", 0) == 0) return "prompt" + field.substr(10);
+std::string param_of(const Error& e) {
+  const std::string& field = e.field();
+  if (field.starts_with("prompt_ids")) return "prompt" + field.substr(10);
   if (field == "session") return "session_id";
-  if (field == "sampling") {  // "sampling: top_p 2 must be ...": the setting comes next
-    const std::string rest = message.substr(colon + 2);
-    if (rest.rfind("logit bias", 0) == 0) return "logit_bias";
-    if (rest.rfind("temperature", 0) == 0) return "temperature";
-    const std::string word = rest.substr(0, rest.find(' '));
-    for (const char* known : {"top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
-                              "presence_penalty", "frequency_penalty"}) {
-      if (word == known) return word;
-    }
-    return {};
-  }
-  for (const char* known : {"max_tokens", "n", "logprobs", "prompt", "messages", "chat_template",
-                            "tenant", "resume", "parse_special"}) {
-    if (field == known) return field;
-  }
-  if (field.rfind("messages[", 0) == 0) return field;  // "messages[2].role"
-  return field.rfind("stop", 0) == 0 ? field : std::string();
+  return field;
 }
 
 nlohmann::json parse_json_body(std::string_view text) {
@@ -558,9 +534,6 @@ nlohmann::json parse_json_body(std::string_view text) {
   if (!tree) fail("", error);
   return std::move(*tree);
 }
-
-RequestError::RequestError(std::string field, const std::string& message)
-    : InvalidArgument(field.empty() ? message : field + ": " + message), field_(std::move(field)) {}
 
 Request parse_request(const json& body, Endpoint endpoint) {
   if (!body.is_object()) {
@@ -586,8 +559,9 @@ Request parse_request(const json& body, Endpoint endpoint) {
     }
     if (const json* v = find(body, "prompt")) parse_prompt(*v, r);
     // Special-token text in a text prompt is plain text unless asked for.
-    if (const json* v = find(body, "parse_special"))
-      r.parse_special = get_bool(*v, "parse_special");
+    if (const json* v = find(body, settings::kParseSpecial.name)) {
+      r.parse_special = get_bool(*v, settings::kParseSpecial);
+    }
   } else {
     if (find(body, "prompt")) {
       fail("prompt", "a chat request takes \"messages\"; \"prompt\" belongs to /v1/completions");
@@ -595,8 +569,9 @@ Request parse_request(const json& body, Endpoint endpoint) {
     const json* v = find(body, "messages");
     if (!v) fail("messages", "missing; a chat request needs a non-empty \"messages\" array");
     parse_messages(*v, r);
-    if (const json* v = find(body, "parse_special"); v && get_bool(*v, "parse_special")) {
-      fail("parse_special",
+    const settings::Setting& special = settings::kParseSpecial;
+    if (const json* v = find(body, special.name); v && get_bool(*v, special)) {
+      fail(std::string(special.name),
            "message content is always plain text (only the chat template's own markers are "
            "special tokens); parse_special belongs to /v1/completions");
     }
@@ -605,21 +580,24 @@ Request parse_request(const json& body, Endpoint endpoint) {
   parse_max_tokens(body, endpoint, r);
   parse_logprobs(body, endpoint, r);
   parse_sampling(body, r);
-  if (const json* v = find(body, "seed")) {
+  if (const json* v = find(body, settings::kSeed.name)) {
     // llama-server's -1 means "random", which is what an absent seed does here.
-    const std::string expected = "an integer in [0, 18446744073709551615] or -1 (random)";
-    if (!v->is_number_integer()) fail_type("seed", expected, *v);
+    const std::string expected = settings::expected_text(settings::kSeed);
+    const std::string key(settings::kSeed.name);
+    if (!v->is_number_integer()) fail_type(key, expected, *v);
     if (v->is_number_unsigned()) {
       r.seed = v->get<uint64_t>();
     } else if (v->get<int64_t>() >= 0) {
       r.seed = static_cast<uint64_t>(v->get<int64_t>());
-    } else if (v->get<int64_t>() != -1) {
-      fail_type("seed", expected, *v);
+    } else if (v->get<int64_t>() != settings::kSeed.off) {
+      fail_type(key, expected, *v);
     }
   }
-  if (const json* v = find(body, "n")) r.n = static_cast<int32_t>(get_int(*v, "n", 1, kMaxSamples));
+  if (const json* v = find(body, settings::kN.name)) r.n = get_int(*v, settings::kN);
   if (const json* v = find(body, "stop")) parse_stop(*v, r);
-  if (const json* v = find(body, "ignore_eos")) r.ignore_eos = get_bool(*v, "ignore_eos");
+  if (const json* v = find(body, settings::kIgnoreEos.name)) {
+    r.ignore_eos = get_bool(*v, settings::kIgnoreEos);
+  }
   check_unsupported(body, endpoint, r);
   return r;
 }

@@ -98,10 +98,10 @@ size_t count_requests(const std::string& path) {
   return n;
 }
 
-// The request field an engine error is about, in the OpenAI names of the
-// input; null if none.
-Json field_of(const std::string& message) {
-  const std::string f = api::engine_error_param(message);
+// The request field an error is about, in the OpenAI names of the input;
+// null if none.
+Json field_of(const Error& e) {
+  const std::string f = api::param_of(e);
   return f.empty() ? Json(nullptr) : Json(f);
 }
 
@@ -239,11 +239,8 @@ void run_batch(const BatchArgs& a) {
       p.n = r.n;
       p.logprobs = r.logprobs;
       p.handle = engine->submit(std::move(r));
-    } catch (const api::RequestError& e) {
-      p.error = error_result(p.custom_id, line_no, e.what(),
-                             e.field().empty() ? Json(nullptr) : Json(e.field()));
-    } catch (const Error& e) {  // from the engine: field named by the message's prefix
-      p.error = error_result(p.custom_id, line_no, e.what(), field_of(e.what()));
+    } catch (const Error& e) {  // from the parser or the engine
+      p.error = error_result(p.custom_id, line_no, e.what(), field_of(e));
     }
     window.push_back(std::move(p));
     while (!window.empty() && (window.front().error || window.front().handle.done())) {
@@ -296,7 +293,7 @@ void add_batch_command(CLI::App& app) {
   sub->add_option("-o,--output", args->output,
                   "Results, one JSON object per line in input order (- : stdout); written to "
                   "FILE.tmp and renamed when complete");
-  add_engine_flags(sub, args->engine, kComputeFlags | kContextFlag | kBatchFlag | kPrefixFlag);
+  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag, settings::kBatch);
   sub->add_option("--max-in-flight", args->max_in_flight,
                   "Requests submitted ahead of the oldest unfinished one")
       ->check(CLI::Range(1, 1 << 20));

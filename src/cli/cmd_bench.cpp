@@ -277,7 +277,7 @@ void add_bench_command(CLI::App& app) {
                   "Where the --types models are written, one at a time, and removed (default: the "
                   "temp folder; a 1b F16 model takes 2.1 GB)")
       ->type_name("DIR");
-  add_engine_flags(sub, args->engine, kComputeFlags);
+  add_engine_flags(sub, args->engine, kComputeFlags, settings::kBench);
   sub->add_option("-p,--n-prompt", args->bench.n_prompt, "Prefill length in tokens")
       ->check(CLI::Range(1, 1 << 16));
   sub->add_option("-n,--n-gen", args->bench.n_gen, "Decode steps per measurement")

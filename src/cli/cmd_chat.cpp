@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/setting_flags.h"
 #include "encore/engine.h"
 #include "encore/error.h"
 
@@ -31,9 +32,7 @@ struct ChatArgs {
   std::string session;
   std::string system;
   std::string chat_template;
-  std::optional<uint64_t> seed;
-  SamplingParams sampling;
-  int32_t n_predict = -1;
+  Request request;  // the table's settings (--temp, -n, --seed ...: settings.h)
   EngineFlags engine;
 };
 
@@ -117,12 +116,12 @@ void run_chat(const ChatArgs& a) {
     Request r;
     r.messages = messages;
     r.chat_template = a.chat_template;
-    r.sampling = a.sampling;
+    r.sampling = a.request.sampling;
     // One seed per turn of the conversation (a continued one goes on counting).
     int64_t user_turns = 0;
     for (const ChatMessage& m : messages) user_turns += m.role == "user" ? 1 : 0;
-    if (a.seed) r.seed = *a.seed + static_cast<uint64_t>(user_turns - 1);
-    r.max_tokens = a.n_predict;
+    if (a.request.seed) r.seed = *a.request.seed + static_cast<uint64_t>(user_turns - 1);
+    r.max_tokens = a.request.max_tokens;
     r.stream = true;
     r.session = a.session;
     RequestHandle h = engine->submit(r);
@@ -167,7 +166,9 @@ void run_chat(const ChatArgs& a) {
 void add_chat_command(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
   CLI::App* sub = app.add_subcommand(
-      "chat", "Chat in the terminal through the model's chat template (multi-turn)");
+      "chat",
+      "Chat in the terminal through the model's chat template (multi-turn); the k-th answer of "
+      "a conversation uses --seed + k - 1");
   sub->add_option("-m,--model", args->model, "Model .gguf")->required();
   sub->add_option("--session", args->session,
                   "Continue (and keep saving) the conversation NAME across processes")
@@ -176,27 +177,11 @@ void add_chat_command(CLI::App& app) {
   sub->add_option("--chat-template", args->chat_template,
                   "Chat template family instead of the model's: " + chat_template_names())
       ->type_name("NAME");
-  sub->add_option("--seed", args->seed,
-                  "Seed of the conversation's first answer (its k-th answer: seed + k - 1, also "
-                  "in a continued session)");
-  sub->add_option("--temp", args->sampling.temp, "Temperature (0: greedy)")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
-  sub->add_option("--top-k", args->sampling.top_k, "Top-k (0: off)")
-      ->check(CLI::Range(0, 1 << 30))
-      ->capture_default_str();
-  sub->add_option("--top-p", args->sampling.top_p, "Top-p (1: off)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  sub->add_option("--min-p", args->sampling.min_p, "Min-p (0: off)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  sub->add_option("--repeat-penalty", args->sampling.repeat_penalty, "Repetition penalty")
-      ->check(CLI::Range(1e-6, 1e6))
-      ->capture_default_str();
-  sub->add_option("-n,--n-predict", args->n_predict, "Most tokens per answer (-1: no limit)")
-      ->check(CLI::Range(-1, 1 << 30));
-  add_engine_flags(sub, args->engine, kComputeFlags | kContextFlag | kStateFlags);
+  // The request's settings (settings.h). --seed is the seed of the
+  // conversation's first answer; its k-th answer uses seed + k - 1, also in
+  // a continued session.
+  add_setting_flags(sub, args->request, settings::kChat);
+  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags, settings::kChat);
   sub->callback([args] { run_chat(*args); });
 }
 

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/result_json.h"
+#include "cli/setting_flags.h"
 #include "encore/engine.h"
 #include "encore/error.h"
 #include "encore/run_state.h"
@@ -25,21 +26,15 @@ struct RunArgs {
   std::string model;
   std::string prompt;
   std::string file;
-  int32_t n_predict = -1;
-  std::optional<uint64_t> seed;
+  Request request;  // the table's settings (--temp, -n, --seed ...: settings.h)
   EngineFlags engine;
   bool json = false;
   bool chat = false;                  // wrap the prompt in the model's chat template
   std::optional<std::string> system;  // system message (implies chat)
   std::string chat_template;          // family name overriding the model's template (implies chat)
-  bool special = false;               // --parse-special: special-token text in a plain prompt
-  SamplingParams sampling;            // --temp, --top-k ... (temp lives here)
-  bool ignore_eos = false;            // EOG tokens are generated like any other
   std::vector<std::string> logit_bias;  // ID(+/-)BIAS
   std::string samplers;                 // stage order, e.g. "penalties;top_k;temperature"
   std::vector<std::string> stop;
-  int32_t n_samples = 1;
-  int32_t logprobs = -1;  // -1: not asked
   std::string save_state;
   std::string resume;
   std::string session;  // continue / save this session
@@ -85,20 +80,36 @@ double per_second(int64_t n, double seconds) { return seconds > 0 ? n / seconds 
 
 bool info_has_no_tiers(const Engine& e) { return e.state_counters().empty(); }
 
-// The engine names request fields; the user typed flags. Adds the flag to
-// an error about a field this command fills from one.
-std::string with_flag_hint(const std::string& message) {
-  static const std::pair<const char*, const char*> kHints[] = {
-      {"messages:", "pass --chat-template NAME"},
-      {"the KV cache holds", "raise --kv-mem, or lower -c, -n or --n"},
-      {"prompt:", "-p / -f"},
+// The engine names request fields (Error::field()); the user typed flags.
+// The flag of a field this command fills from one, for its error messages.
+std::string flag_of(const std::string& field) {
+  std::string f;
+  const Request any;
+  visit_settings(any, [&](const settings::Setting& s, const auto&) {
+    if (field == s.name) f = settings::long_flag(s);
+  });
+  if (!f.empty()) return f;
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"messages", "pass --chat-template NAME"},
+      {"chat_template", "--chat-template"},
+      {"prompt", "-p / -f"},
       {"stop", "--stop"},
-      {"sampling:", "--temp, --top-k, --top-p, --min-p, --typical, --repeat-*, --logit-bias"},
+      {"logit_bias", "--logit-bias"},
+      {"samplers", "--samplers"},
+      {"session", "--session"},
   };
-  for (const auto& [prefix, hint] : kHints) {
-    if (message.rfind(prefix, 0) == 0) return fmt::format("{} ({})", message, hint);
+  const std::string base = field.substr(0, field.find_first_of("[."));
+  for (const auto& [name, flag] : kFlags) {
+    if (base == name) return flag;
   }
-  return message;
+  return {};
+}
+
+// e with the flag of its field added to its message.
+InvalidArgument with_flag(const InvalidArgument& e) {
+  const std::string flag = flag_of(e.field());
+  if (flag.empty()) return e;
+  return InvalidArgument(e.field(), fmt::format("{} ({})", e.message(), flag));
 }
 
 // The request from the flags: filled once, here. (With --resume it comes
@@ -114,15 +125,15 @@ Request request_from_flags(const RunArgs& a) {
     r.chat_template = a.chat_template;
   } else {
     r.prompt = prompt;
-    r.parse_special = a.special;
+    r.parse_special = a.request.parse_special;
   }
-  r.sampling = a.sampling;
+  r.sampling = a.request.sampling;
   for (const std::string& b : a.logit_bias) r.sampling.logit_bias.push_back(parse_logit_bias(b));
   if (!a.samplers.empty()) r.sampling.order = parse_sampler_order(a.samplers);
-  r.seed = a.seed;  // none: the engine draws one and reports it
-  r.n = a.n_samples;
+  r.seed = a.request.seed;  // none: the engine draws one and reports it
+  r.n = a.request.n;
   r.stop = a.stop;
-  r.ignore_eos = a.ignore_eos;
+  r.ignore_eos = a.request.ignore_eos;
   return r;
 }
 
@@ -168,7 +179,12 @@ void run_generate(const RunArgs& a) {
       info.kv_blocks);
 
   const bool tiers = !info_has_no_tiers(*engine);
-  Request request = saved ? saved->request : request_from_flags(a);
+  Request request;
+  try {
+    request = saved ? saved->request : request_from_flags(a);
+  } catch (const InvalidArgument& e) {  // --samplers
+    throw with_flag(e);
+  }
   request.session = a.session;
   // With state tiers, a saved generation also writes its KV blocks, so a
   // --resume restores them instead of recomputing.
@@ -179,8 +195,8 @@ void run_generate(const RunArgs& a) {
   // Logprobs do not change what is sampled, so a resumed run may ask for
   // more of them than the original did. --json always reports the chosen
   // tokens' logprobs; --logprobs N adds the top N.
-  request.logprobs = std::max({request.logprobs, a.logprobs, a.json ? 0 : -1});
-  request.max_tokens = a.n_predict;
+  request.logprobs = std::max({request.logprobs, a.request.logprobs, a.json ? 0 : -1});
+  request.max_tokens = a.request.max_tokens;
   // One sample streams as it is generated; several are printed at the end.
   const bool stream = !a.json && request.n == 1;
   request.stream = stream;
@@ -191,9 +207,9 @@ void run_generate(const RunArgs& a) {
     handle = engine->submit(request);
   } catch (const InvalidArgument& e) {
     if (saved) throw InvalidArgument(fmt::format("--resume {}: {}", a.resume, e.what()));
-    throw InvalidArgument(with_flag_hint(e.what()));
-  } catch (const ResourceExhausted& e) {
-    throw ResourceExhausted(with_flag_hint(e.what()));
+    throw with_flag(e);
+  } catch (const ResourceExhausted& e) {  // the KV cache is too small for the request
+    throw ResourceExhausted(fmt::format("{} (raise --kv-mem, or lower -c, -n or --n)", e.what()));
   } catch (const NotFound& e) {  // --session without a prompt, and none saved
     throw NotFound(fmt::format("{} (-p / -f)", e.what()));
   }
@@ -263,47 +279,22 @@ void add_run_command(CLI::App& app) {
       sub->add_option("-p,--prompt", args->prompt, "Prompt text (empty: BOS only)");
   CLI::Option* prompt_file =
       sub->add_option("-f,--file", args->file, "Read the prompt from a file")->excludes(prompt);
-  sub->add_option("-n,--n-predict", args->n_predict,
-                  "Tokens to generate (-1: until EOS or context full)")
-      ->check(CLI::Range(-1, std::numeric_limits<int32_t>::max()));
-  CLI::Option* seed =
-      sub->add_option("--seed", args->seed, "Seed of the sampler (default: random, reported)");
-  SamplingParams& sp = args->sampling;
-  // Sampling flags: llama.cpp's names and defaults. With --resume the
-  // request's settings come from the state file, so these are refused there.
-  std::vector<CLI::Option*> request_opts = {prompt, prompt_file, seed};
+  // The request's settings (settings.h): llama.cpp's names and defaults.
+  // With --resume they come from the state file, so these are refused there
+  // but for -n (tokens to add) and --logprobs (they never change what is
+  // sampled).
+  std::vector<CLI::Option*> request_opts = {prompt, prompt_file};
+  for (CLI::Option* o : add_setting_flags(sub, args->request, settings::kRun)) {
+    const std::string_view flag = o->get_name();
+    if (flag != settings::long_flag(settings::kLogprobs) &&
+        flag != settings::long_flag(settings::kMaxTokens)) {
+      request_opts.push_back(o);
+    }
+  }
   auto req = [&](CLI::Option* o) {
     request_opts.push_back(o);
     return o;
   };
-  req(sub->add_option("--temp", sp.temp, "Temperature (0: greedy argmax, ties to the lowest id)")
-          ->check(finite_range(0.0, 1e6))
-          ->capture_default_str());
-  req(sub->add_option("--top-k", sp.top_k, "Keep the K most likely tokens (0: off)")
-          ->check(CLI::Range(0, std::numeric_limits<int32_t>::max()))
-          ->capture_default_str());
-  req(sub->add_option("--top-p", sp.top_p, "Nucleus sampling (1: off)")
-          ->check(finite_range(0.0, 1.0))
-          ->capture_default_str());
-  req(sub->add_option("--min-p", sp.min_p, "Drop tokens below P x the top probability (0: off)")
-          ->check(finite_range(0.0, 1.0))
-          ->capture_default_str());
-  req(sub->add_option("--typical", sp.typical_p, "Locally typical sampling (1: off)")
-          ->check(finite_range(0.0, 1.0))
-          ->capture_default_str());
-  req(sub->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)")
-          ->check(finite_range(1e-6, 1e6))
-          ->capture_default_str());
-  req(sub->add_option("--repeat-last-n", sp.repeat_last_n,
-                      "Tokens the penalties look back over (0: off, -1: the context)")
-          ->check(CLI::Range(-1, kMaxContext))
-          ->capture_default_str());
-  req(sub->add_option("--presence-penalty", sp.presence_penalty, "Presence penalty (0: off)")
-          ->check(finite_range(-1e6, 1e6))
-          ->capture_default_str());
-  req(sub->add_option("--frequency-penalty", sp.frequency_penalty, "Frequency penalty (0: off)")
-          ->check(finite_range(-1e6, 1e6))
-          ->capture_default_str());
   req(sub->add_option("--logit-bias", args->logit_bias,
                       "Add BIAS to a token's logit: ID+BIAS or ID-BIAS (ID-inf bans it); "
                       "repeatable")
@@ -313,13 +304,6 @@ void add_run_command(CLI::App& app) {
   req(sub->add_option("--stop", args->stop,
                       "Stop when the text contains STR (not included in the output); repeatable")
           ->type_name("STR"));
-  req(sub->add_option("--n", args->n_samples,
-                      "Samples of the prompt; sample i is the same whatever N is")
-          ->check(CLI::Range(1, kMaxSamples)));
-  sub->add_option("--logprobs", args->logprobs,
-                  "With --json: also the N most likely tokens at each position (allowed with "
-                  "--resume: logprobs never change what is sampled)")
-      ->check(CLI::Range(0, kMaxTopLogprobs));
   sub->add_option("--save-state", args->save_state,
                   "Write what is needed to continue this generation (ids, sampler state) to "
                   "FILE")
@@ -335,7 +319,7 @@ void add_run_command(CLI::App& app) {
                       "appended to its conversation) and save it at the end")
           ->type_name("NAME");
   session->excludes(resume);
-  add_engine_flags(sub, args->engine, kComputeFlags | kContextFlag | kBatchFlag | kStateFlags);
+  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags, settings::kRun);
   sub->add_flag("--json", args->json, "Print one JSON object instead of streaming text");
   sub->add_flag("--chat,--conversation", args->chat,
                 "Send the prompt as a user message through the model's chat template (one turn)");
@@ -344,18 +328,11 @@ void add_run_command(CLI::App& app) {
          "--chat-template", args->chat_template,
          "Chat template family instead of the model's (implies --chat): " + chat_template_names())
       ->type_name("NAME");
-  CLI::Option* special = sub->add_flag(
-      "--parse-special,--special", args->special,
-      "Tokenize special-token text in the -p/-f prompt (<s>, </s>, <|im_start|>...) as those "
-      "control tokens; without it such text is plain text. Not with --chat: message content is "
-      "always plain text");
-  request_opts.push_back(sub->add_flag("--ignore-eos", args->ignore_eos,
-                                       "Generate past end-of-generation tokens (benchmarks)"));
+  CLI::Option* special = sub->get_option(std::string(settings::long_flag(settings::kParseSpecial)));
   for (const char* name : {"--chat", "--system", "--chat-template"}) {
     special->excludes(sub->get_option(name));
     request_opts.push_back(sub->get_option(name));
   }
-  request_opts.push_back(special);
   for (CLI::Option* o : request_opts) resume->excludes(o);
   sub->callback([args] { run_generate(*args); });
 }

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/setting_flags.h"
 #include "encore/engine.h"
 #include "encore/error.h"
 #include "encore/server.h"
@@ -27,11 +28,7 @@ struct ServeArgs {
   std::string model;
   ServerOptions server;
   EngineFlags engine;
-  int request_timeout_s = 600;
-  int read_timeout_s = 10;
-  int read_deadline_s = 30;
-  int idle_timeout_s = 5;
-  int shutdown_grace_s = 30;
+  int shutdown_grace_s = settings::kShutdownGrace.int_default();
 };
 
 // Each connection holds a file descriptor: raise the soft limit to the hard
@@ -86,10 +83,6 @@ void run_serve(const ServeArgs& a) {
   }).detach();
 
   ServerOptions so = a.server;
-  so.request_timeout = std::chrono::seconds(a.request_timeout_s);
-  so.read_timeout = std::chrono::seconds(a.read_timeout_s);
-  so.read_deadline = std::chrono::seconds(a.read_deadline_s);
-  so.idle_timeout = std::chrono::seconds(a.idle_timeout_s);
   raise_file_limit(so);
   const std::unique_ptr<Server> server = Server::create(so);
   fmt::print(stderr, "serve: listening on http://{}:{} (loading {})\n", so.host, server->port(),
@@ -127,70 +120,19 @@ void add_serve_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("serve", "An OpenAI-compatible HTTP server on the model");
   sub->add_option("-m,--model", args->model, "Model .gguf")->required();
   sub->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
-  sub->add_option("--port", args->server.port, "Port (0: any free one)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
   sub->add_option("--api-keys", args->server.api_keys_file,
                   "Require Authorization: Bearer KEY; lines: KEY TENANT [max_in_flight=N] "
                   "[state_mib=N] [revoked]")
       ->type_name("FILE");
-  sub->add_option("--max-queue", args->server.max_in_flight,
-                  "Requests answered at once; more get 503")
-      ->check(CLI::Range(1, 100000))
-      ->capture_default_str();
-  sub->add_option("--tenant-limit", args->server.tenant_in_flight,
-                  "Requests in flight per tenant; more get 429 (0: --max-queue)")
-      ->check(CLI::Range(0, 100000));
   sub->add_option("--chat-template", args->server.chat_template,
                   "Chat template family for chat requests (default: the model's)")
       ->type_name("NAME");
-  sub->add_option("--read-timeout", args->read_timeout_s,
-                  "Seconds a request may stall between two reads (stalled clients are cut off)")
-      ->check(CLI::Range(1, 3600))
-      ->capture_default_str();
-  sub->add_option("--read-deadline", args->read_deadline_s,
-                  "Seconds a client may take to send a whole request, however it trickles")
-      ->check(CLI::Range(1, 3600))
-      ->capture_default_str();
-  sub->add_option("--idle-timeout", args->idle_timeout_s,
-                  "Seconds a kept-alive connection may wait for its next request")
-      ->check(CLI::Range(1, 3600))
-      ->capture_default_str();
-  sub->add_option("--max-connections", args->server.max_connections,
-                  "Open client connections; more are shed at accept with 503")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  sub->add_option("--max-connections-per-ip", args->server.max_connections_per_ip,
-                  "Open connections per client address (0: no limit, e.g. behind a proxy)")
-      ->check(CLI::Range(0, 1000000))
-      ->capture_default_str();
-  sub->add_option("--max-header-bytes", args->server.max_header_bytes,
-                  "Largest request line and headers in bytes (431 above; at most 100 fields)")
-      ->check(CLI::Range(1024, 1 << 20))
-      ->capture_default_str();
-  sub->add_option("--io-threads", args->server.io_threads,
-                  "Threads that read and write every connection")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  sub->add_option("--shutdown-grace", args->shutdown_grace_s,
-                  "Seconds a SIGTERM waits for the requests in flight before cancelling them "
-                  "(a second signal: exit at once)")
-      ->check(CLI::Range(0, 86400))
-      ->capture_default_str();
   sub->add_option("--model-name", args->server.model_name, "The model id /v1/models reports")
       ->capture_default_str();
-  sub->add_option("--max-body", args->server.max_body_bytes,
-                  "Largest request body in bytes, whatever the framing (413 above)")
-      ->check(CLI::Range(1024, 1 << 30))
-      ->capture_default_str();
-  sub->add_option("--request-timeout", args->request_timeout_s,
-                  "Seconds a request may take from submission to its last byte (504; at "
-                  "shutdown, --shutdown-grace bounds it)")
-      ->check(CLI::Range(1, 86400))
-      ->capture_default_str();
-  add_engine_flags(
-      sub, args->engine,
-      kComputeFlags | kContextFlag | kBatchFlag | kPrefixFlag | kStateFlags | kTenantStateFlag);
+  // The limits (settings.h), checked again by Server::create with the same table.
+  add_setting_flags(sub, args->server, settings::kServe);
+  add_setting_flag(sub, settings::kShutdownGrace, args->shutdown_grace_s);
+  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kStateFlags, settings::kServe);
   sub->callback([args] { run_serve(*args); });
 }
 

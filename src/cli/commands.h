@@ -25,6 +25,8 @@ void add_chat_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
 // `encore serve`: the OpenAI-compatible HTTP server.
 void add_serve_command(CLI::App& app);
+// `encore settings` (hidden): the settings table as docs/settings.md shows it.
+void add_settings_command(CLI::App& app);
 
 // --kv-type: "f16" or "f32" (throws InvalidArgument otherwise).
 DType parse_kv_type(const std::string& s);

@@ -5,48 +5,25 @@
 #include <cmath>
 
 #include "cli/commands.h"
+#include "cli/setting_flags.h"
 #include "encore/error.h"
+#include "encore/thread_pool.h"
 
 namespace encore::cli {
 
-CLI::Validator finite_range(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v) || v < lo || v > hi) {
-          return fmt::format("value {} is not a number in [{}, {}]", text, lo, hi);
-        }
-        return "";
-      },
-      fmt::format("NUMBER in [{}, {}]", lo, hi));
-}
+static_assert(settings::kThreads.max == ThreadPool::kMaxThreads);
 
-void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups) {
+void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::Front front) {
+  add_setting_flags(sub, f, front);
   if (groups & kComputeFlags) {
-    sub->add_option("-t,--threads", f.threads, "Threads (default: all cores)")
-        ->check(CLI::Range(1, 4096));
     sub->add_option("--isa", f.isa,
                     "Kernels: scalar, avx2 or avx512 (default: ENCORE_ISA, else the best the CPU "
                     "has); speed only, outputs are identical");
     sub->add_option("--kv-type", f.kv_type,
                     "KV cache element type: f16 (default, like llama.cpp) or f32; part of the "
                     "numerics: outputs are reproducible under either, not across them");
-    sub->add_option("--kv-mem", f.kv_mem_mib,
-                    "KV cache budget in MiB (default: 80 % of the memory available)")
-        ->check(finite_range(0.0, 1 << 24));
     sub->add_flag("--mmap,!--no-mmap", f.mmap,
                   "Map the weights instead of reading them into memory");
-  }
-  if (groups & kContextFlag) {
-    sub->add_option("-c,--ctx-size", f.ctx_size,
-                    "Context size in tokens (0: model's, at most 4096)")
-        ->check(CLI::Range(0, kMaxContext));
-  }
-  if (groups & kBatchFlag) {
-    sub->add_option("-b,--batch-size,--batch-tokens", f.batch_tokens,
-                    "Tokens per forward step: prompts are evaluated in chunks of this many "
-                    "(speed only)")
-        ->check(CLI::Range(1, 1 << 20));
   }
   if (groups & kPrefixFlag) {
     sub->add_flag("--prefix-cache,!--no-prefix-cache", f.prefix_cache,
@@ -59,22 +36,6 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups) {
         ->type_name("DIR");
     sub->add_option("--redis", f.redis, "Also keep them in Redis: redis://HOST:PORT[/DB]")
         ->type_name("URL");
-    sub->add_option("--state-ttl", f.state_ttl_s,
-                    "Seconds the saved state lives (0: until the size cap removes it)")
-        ->check(finite_range(0.0, 1e9));
-    sub->add_option("--state-max-mib", f.state_max_mib,
-                    "Size cap of the state directory in MiB (the least recently used records "
-                    "go first)")
-        ->check(finite_range(1.0, 1e9))
-        ->capture_default_str();
-  }
-  if (groups & kTenantStateFlag) {
-    sub->add_option("--tenant-state-mib", f.tenant_state_mib,
-                    "Each tenant's share of the state directory and of Redis in MiB: its own "
-                    "least recently used sessions and snapshots make room for its writes, never "
-                    "another tenant's (0: no share; an --api-keys line's state_mib=N sets one "
-                    "tenant's)")
-        ->check(finite_range(0.0, 1e9));
   }
 }
 

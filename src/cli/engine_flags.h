@@ -1,49 +1,45 @@
 // The flags of every command that opens an engine (`run`, `batch`, `chat`,
-// `bench`), defined once: the same names, help, ranges and defaults
-// everywhere, and one translation into EngineOptions.
+// `bench`, `serve`), defined once: the numeric ones from the settings table
+// (settings.h: names, help, ranges, defaults and which commands have them),
+// the others here, and one translation into EngineOptions.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "encore/engine.h"
+#include "encore/settings.h"
 
 namespace encore::cli {
 
 struct EngineFlags {
-  int threads = 0;
-  int32_t ctx_size = 0;
-  double kv_mem_mib = 0;
+  int threads = settings::kThreads.int_default();
+  int32_t ctx_size = settings::kCtxSize.int_default();
+  double kv_mem_mib = settings::kKvMem.def;
   std::string kv_type = "f16";
-  int32_t batch_tokens = 512;
+  int32_t batch_tokens = settings::kBatchTokens.int_default();
   std::string isa;
   bool mmap = false;
   bool prefix_cache = true;
   std::string state_dir;
   std::string redis;
-  double state_ttl_s = 0;
-  double state_max_mib = 8192;
-  double tenant_state_mib = 0;
+  double state_ttl_s = settings::kStateTtl.def;
+  double state_max_mib = settings::kStateMaxMib.def;
+  double tenant_state_mib = settings::kTenantStateMib.def;
 };
 
-// Which groups of flags a command has.
+// Which groups of the flags outside the table a command has; the table's
+// flags are those whose fronts include `front` (-t, --kv-mem, -c, -b,
+// --state-ttl, --state-max-mib, --tenant-state-mib).
 enum EngineFlagGroups : unsigned {
-  kComputeFlags = 1,  // -t --isa --kv-type --kv-mem --mmap/--no-mmap
-  kContextFlag = 2,   // -c
-  kBatchFlag = 4,     // -b/--batch-size/--batch-tokens
+  kComputeFlags = 1,  // --isa --kv-type --mmap/--no-mmap
   kPrefixFlag = 8,    // --prefix-cache/--no-prefix-cache
-  kStateFlags = 16,   // --state-dir --redis --state-ttl --state-max-mib
-  // --tenant-state-mib (for many tenants: `serve`; a key's state_mib=N
-  // overrides it, EngineOptions::tenant_shares)
-  kTenantStateFlag = 32,
+  kStateFlags = 16,   // --state-dir --redis
 };
-void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups);
+void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::Front front);
 
 // The options for `model`. with_session: a session needs a state tier, so
 // without --state-dir or --redis the usual directory is used.
 EngineOptions engine_options(const std::string& model, const EngineFlags& f, bool with_session);
-
-// CLI::Range lets NaN through (every comparison with NaN is false).
-CLI::Validator finite_range(double lo, double hi);
 
 }  // namespace encore::cli

@@ -99,34 +99,26 @@ std::unique_ptr<Persistence> open_state_tiers(const EngineOptions& options,
 }  // namespace
 
 void EngineOptions::validate() const {
-  if (threads < 0 || threads > ThreadPool::kMaxThreads) {
-    throw InvalidArgument(fmt::format("threads {} must be in [1, {}] (0: every core)", threads,
-                                      ThreadPool::kMaxThreads));
-  }
-  if (n_ctx < 0 || n_ctx > kMaxContext) {
-    throw InvalidArgument(
-        fmt::format("context size {} must be in [1, {}] (0: the model's)", n_ctx, kMaxContext));
-  }
+  if (threads != 0) settings::check(settings::kThreads, threads);  // 0: every core
+  settings::check(settings::kCtxSize, n_ctx);
+  settings::check(settings::kBatchTokens, batch_tokens);
   if (kv_type != DType::F16 && kv_type != DType::F32) {
-    throw InvalidArgument(fmt::format("KV type {} must be F16 or F32", dtype_name(kv_type)));
+    throw InvalidArgument("kv_type", fmt::format("{} must be F16 or F32", dtype_name(kv_type)));
   }
   if (!(kv_ram_fraction > 0 && kv_ram_fraction <= 1)) {
-    throw InvalidArgument(fmt::format("KV memory fraction {} must be in (0, 1]", kv_ram_fraction));
+    throw InvalidArgument("kv_ram_fraction", fmt::format("{} must be in (0, 1]", kv_ram_fraction));
   }
-  if ((!state_dir.empty() || !redis_url.empty()) && state_max_bytes < (1u << 20)) {
-    throw InvalidArgument(
-        fmt::format("state size cap {} bytes must be at least 1 MiB", state_max_bytes));
+  if (!state_dir.empty() || !redis_url.empty()) {
+    settings::check(settings::kStateMaxMib, static_cast<double>(state_max_bytes) / 1048576.0);
   }
   for (const auto& [tenant, bytes] : tenant_shares.bytes) {
     if (tenant.size() > kMaxTenantBytes || bytes == 0) {
-      throw InvalidArgument(fmt::format(
-          "tenant state share of '{}': {} bytes; a share needs a tenant of at most {} bytes and "
-          "at least one byte (leave a tenant out for the default)",
-          tenant.substr(0, 64), bytes, kMaxTenantBytes));
+      throw InvalidArgument(
+          "tenant_shares",
+          fmt::format("'{}': {} bytes; a share needs a tenant of at most {} bytes and at least "
+                      "one byte (leave a tenant out for the default)",
+                      tenant.substr(0, 64), bytes, kMaxTenantBytes));
     }
-  }
-  if (batch_tokens < 1 || batch_tokens > (1 << 20)) {
-    throw InvalidArgument(fmt::format("batch tokens {} must be in [1, {}]", batch_tokens, 1 << 20));
   }
 }
 
@@ -381,10 +373,10 @@ void Engine::drain() {
 namespace {
 
 Persistence& persistence_of(Engine::Impl& m, const std::string& session) {
-  if (!m.persist) throw InvalidArgument("session: this engine has no state tiers");
+  if (!m.persist) throw InvalidArgument("session", "this engine has no state tiers");
   if (!valid_session_id(session)) {
-    throw InvalidArgument(fmt::format("session: '{}' is not a session id (one is {})",
-                                      util::printable(session, 64), kSessionIdRule));
+    throw InvalidArgument("session", fmt::format("'{}' is not a session id (one is {})",
+                                                 util::printable(session, 64), kSessionIdRule));
   }
   return *m.persist;
 }

@@ -31,9 +31,10 @@ uint64_t entropy_seed() {
     const ssize_t r = getrandom(p + got, sizeof seed - got, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
-      throw InvalidArgument(fmt::format(
-          "seed: none given and none can be drawn from the OS (getrandom: {}): give one",
-          std::strerror(errno)));
+      throw InvalidArgument(
+          std::string(settings::kSeed.name),
+          fmt::format("none given and none can be drawn from the OS (getrandom: {}): give one",
+                      std::strerror(errno)));
     }
     got += static_cast<size_t>(r);
   }
@@ -63,56 +64,20 @@ std::vector<TokenId> encode_prompt(const Tokenizer& tok, const std::string& text
   }
   if (ids.empty() || (text.empty() && ids.front() != bos)) {
     if (bos < 0) {
-      throw InvalidArgument(
-          "prompt: it is empty and the vocabulary has no BOS token to start with");
+      throw InvalidArgument("prompt",
+                            "it is empty and the vocabulary has no BOS token to start with");
     }
     ids.insert(ids.begin(), bos);
   }
   return ids;
 }
 
-void validate_counts(const Request& r, int n_vocab) {
-  try {
-    r.sampling.validate(n_vocab);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(fmt::format("sampling: {}", e.what()));
-  }
-  if (r.max_tokens < -1) {
-    throw InvalidArgument(fmt::format("max_tokens: {} must be >= -1 (-1: no limit)", r.max_tokens));
-  }
-  if (r.n < 1 || r.n > kMaxSamples) {
-    throw InvalidArgument(fmt::format("n: {} samples; must be in [1, {}]", r.n, kMaxSamples));
-  }
-  if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs) {
-    throw InvalidArgument(
-        fmt::format("logprobs: {} must be in [0, {}] (or -1: none)", r.logprobs, kMaxTopLogprobs));
-  }
-  if (r.stop.size() > kMaxStopStrings) {
-    throw InvalidArgument(
-        fmt::format("stop: {} strings given; at most {}", r.stop.size(), kMaxStopStrings));
-  }
-  for (size_t i = 0; i < r.stop.size(); ++i) {
-    const std::string& s = r.stop[i];
-    if (s.empty() || s.size() > kMaxStopBytes) {
-      throw InvalidArgument(fmt::format("stop[{}]: {} bytes; a stop string must have 1 to {}", i,
-                                        s.size(), kMaxStopBytes));
-    }
-    // The text it is matched in is valid UTF-8; an invalid stop string could
-    // match inside a character and cut the text there.
-    if (!is_valid_utf8(s)) throw InvalidArgument(fmt::format("stop[{}]: not valid UTF-8", i));
-  }
-  if (r.tenant.size() > kMaxTenantBytes) {
-    throw InvalidArgument(
-        fmt::format("tenant: {} bytes; at most {}", r.tenant.size(), kMaxTenantBytes));
-  }
-}
-
 // Fails now rather than halfway through the output: the request must fit
 // the KV pool on its own.
 void check_fits_pool(const Request& r, int64_t p, int32_t n_ctx, const KvBlockPool& pool) {
   if (!r.resume.empty() && r.resume.size() != static_cast<size_t>(r.n)) {
-    throw InvalidArgument(fmt::format("resume: {} sample states but the request asks for n = {}",
-                                      r.resume.size(), r.n));
+    throw InvalidArgument("resume", fmt::format("{} sample states but the request asks for n = {}",
+                                                r.resume.size(), r.n));
   }
   // Alone in the pool, each sample may fill the context unless max_tokens
   // bounds it; the prompt's full blocks are shared.
@@ -124,8 +89,9 @@ void check_fits_pool(const Request& r, int64_t p, int32_t n_ctx, const KvBlockPo
     const int64_t done = st ? static_cast<int64_t>(st->ids.size()) : 0;
     if (p + done > n_ctx) {
       throw InvalidArgument(
-          fmt::format("resume[{}]: prompt ({}) + generated ({}) tokens exceed the context size {}",
-                      i, p, done, n_ctx));
+          fmt::format("resume[{}]", i),
+          fmt::format("prompt ({}) + generated ({}) tokens exceed the context size {}", p, done,
+                      n_ctx));
     }
     int64_t tokens = n_ctx;
     if (r.max_tokens >= 0) tokens = std::min<int64_t>(n_ctx, p + done + r.max_tokens);
@@ -168,19 +134,21 @@ void keep_for_session(Job& job, const Request& r, Engine::Impl::SessionStart& st
 // usable saved session: the session starts afresh.
 Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   if (!valid_session_id(r.session)) {  // quoted clipped: it may be megabytes of anything
-    throw InvalidArgument(fmt::format("session: '{}' is not a session id (one is {})",
+    throw InvalidArgument("session",
+                          fmt::format("'{}' is not a session id (one is {})",
                                       util::printable(r.session, kMaxShownBytes), kSessionIdRule));
   }
   if (!persist) {
     throw InvalidArgument(
-        "session: this engine has no state tiers (give it a state directory or a Redis URL)");
+        "session", "this engine has no state tiers (give it a state directory or a Redis URL)");
   }
   const bool no_prompt = r.prompt.empty() && r.prompt_ids.empty() && r.messages.empty();
   SessionLoad load = persist->load_session(r.tenant, r.session, no_prompt);
   SessionStart start;
   if (!load.state) {
     if (no_prompt) {
-      throw NotFound(fmt::format("session: {}; send a prompt to start it{}", load.why(r.session),
+      throw NotFound("session",
+                     fmt::format("{}; send a prompt to start it{}", load.why(r.session),
                                  load.absent == SessionLoad::Absent::Missing ? "" : " afresh"));
     }
     if (load.absent != SessionLoad::Absent::Missing && options.log) {
@@ -194,10 +162,11 @@ Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   Request& s = saved->request;
   if (no_prompt) {
     if (saved->n_ctx != info.n_ctx) {
-      throw InvalidArgument(fmt::format(
-          "session: '{}' ran with context size {}; this engine has {}, which would end it "
-          "elsewhere",
-          r.session, saved->n_ctx, info.n_ctx));
+      throw InvalidArgument(
+          "session",
+          fmt::format("'{}' ran with context size {}; this engine has {}, which would end it "
+                      "elsewhere",
+                      r.session, saved->n_ctx, info.n_ctx));
     }
     s.max_tokens = r.max_tokens;
     s.logprobs = std::max(s.logprobs, r.logprobs);
@@ -237,24 +206,25 @@ std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
   std::vector<TokenId> prompt;
   const bool chat = !r.messages.empty() || !r.chat_template.empty();
   if (int{!r.prompt.empty()} + int{!r.prompt_ids.empty()} + int{!r.messages.empty()} > 1) {
-    throw InvalidArgument("prompt: give the prompt as text, as ids or as messages, not several");
+    throw InvalidArgument("prompt", "give the prompt as text, as ids or as messages, not several");
   }
   if (chat && r.messages.empty()) {
-    throw InvalidArgument("messages: a chat template was named but there are no messages");
+    throw InvalidArgument("messages", "a chat template was named but there are no messages");
   }
   if (chat && r.parse_special) {
-    throw InvalidArgument(
-        "parse_special: message content is always plain text (only the chat template's own "
-        "markers are special tokens); parse_special is for text prompts");
+    throw InvalidArgument(std::string(settings::kParseSpecial.name),
+                          "message content is always plain text (only the chat template's own "
+                          "markers are special tokens); parse_special is for text prompts");
   }
   if (chat) {
     ChatTemplate family;
     if (!r.chat_template.empty()) {
       family = chat_template_from_name(r.chat_template);
     } else if (!chat_template_text) {
-      throw InvalidArgument(fmt::format(
-          "messages: {} has no tokenizer.chat_template; name a chat template family (one of: {})",
-          info.model_path, chat_template_names()));
+      throw InvalidArgument(
+          "messages",
+          fmt::format("{} has no tokenizer.chat_template; name a chat template family (one of: {})",
+                      info.model_path, chat_template_names()));
     } else {
       try {
         family = detect_chat_template(*chat_template_text);
@@ -273,10 +243,9 @@ std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
   } else if (!r.prompt_ids.empty()) {
     for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
       if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= info.n_vocab) {
-        throw InvalidArgument(
-            fmt::format("prompt_ids[{}]: token id {} is outside the vocabulary "
-                        "[0, {})",
-                        i, r.prompt_ids[i], info.n_vocab));
+        throw InvalidArgument(fmt::format("prompt_ids[{}]", i),
+                              fmt::format("token id {} is outside the vocabulary [0, {})",
+                                          r.prompt_ids[i], info.n_vocab));
       }
     }
     prompt = std::move(r.prompt_ids);
@@ -285,10 +254,11 @@ std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
   }
   const auto p = static_cast<int64_t>(prompt.size());
   if (p > info.n_ctx) {
-    throw InvalidArgument(fmt::format(
-        "prompt: {} tokens but the context size is {}: shorten the prompt or raise the context "
-        "size",
-        p, info.n_ctx));
+    throw InvalidArgument(
+        "prompt",
+        fmt::format("{} tokens but the context size is {}: shorten the prompt or raise the context "
+                    "size",
+                    p, info.n_ctx));
   }
   return prompt;
 }
@@ -322,14 +292,14 @@ void Engine::Impl::make_samples(Job& job, Request& r) {
 }
 
 std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
-  validate_counts(r, info.n_vocab);
+  r.validate(info.n_vocab);
   auto job = std::make_unique<Job>();
   Response& resp = job->response;
   SessionStart start;
   if (!r.session.empty()) {
     start = continue_session(r);
     resp.session_found = start.found;
-    if (start.found) validate_counts(r, info.n_vocab);  // a stored request is checked like any
+    if (start.found) r.validate(info.n_vocab);  // a stored request is checked like any
   }
   job->prompt = prompt_of(r, &resp);
   const std::vector<TokenId>& prompt = job->prompt;

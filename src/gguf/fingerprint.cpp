@@ -18,6 +18,7 @@
 #include "encore/error.h"
 #include "encore/thread_pool.h"
 #include "gguf/internal.h"
+#include "util/text.h"
 
 namespace encore {
 namespace {
@@ -179,12 +180,9 @@ std::string model_fingerprint(const gguf::File& file, ThreadPool& pool) {
 }
 
 std::string fingerprint_cache_dir() {
-  // XDG: a relative XDG_CACHE_HOME is invalid and must be ignored.
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/encore/fingerprints";
-  const char* home = std::getenv("HOME");
-  if (home != nullptr && home[0] == '/') return std::string(home) + "/.cache/encore/fingerprints";
-  return "";
+  std::string dir = util::cache_dir();
+  if (!dir.empty()) dir.append("/fingerprints");
+  return dir;
 }
 
 std::string model_fingerprint_cached(const std::string& path, const gguf::File& file,

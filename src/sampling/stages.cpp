@@ -337,13 +337,14 @@ std::vector<StageKind> parse_sampler_order(std::string_view text) {
         if (name == s.name) hit = &s;
       }
       if (!hit) {
-        throw InvalidArgument(fmt::format(
-            "--samplers: unknown stage '{}' (known: penalties, top_k, typ_p, top_p, min_p, "
-            "temperature)",
-            util::printable(name, 40)));  // the text may be a client's megabyte
+        throw InvalidArgument(
+            "samplers",
+            fmt::format("unknown stage '{}' (known: penalties, top_k, typ_p, top_p, min_p, "
+                        "temperature)",
+                        util::printable(name, 40)));  // the text may be a client's megabyte
       }
       if (std::find(out.begin(), out.end(), hit->kind) != out.end()) {
-        throw InvalidArgument(fmt::format("--samplers: stage '{}' is named twice", name));
+        throw InvalidArgument("samplers", fmt::format("stage '{}' is named twice", name));
       }
       out.push_back(hit->kind);
     }
@@ -366,28 +367,25 @@ std::string sampler_order_string(const std::vector<StageKind>& order) {
   return s;
 }
 
+// The defaults of the table are the values SamplingParams always had, bit for bit.
+static_assert(settings::kTemperature.float_default() == 0.8f);
+static_assert(settings::kTopP.float_default() == 0.95f);
+static_assert(settings::kMinP.float_default() == 0.05f);
+static_assert(settings::kTypicalP.float_default() == 1.0f);
+static_assert(settings::kRepeatPenalty.float_default() == 1.0f);
+
 void SamplingParams::validate(int n_vocab) const {
-  auto check = [](bool ok, const std::string& what) {
-    if (!ok) throw InvalidArgument(what);
+  visit_settings(*this, [](const settings::Setting& s, auto v) {
+    settings::check(s, static_cast<double>(v));
+  });
+  auto check = [](bool ok, const char* field, const std::string& what) {
+    if (!ok) throw InvalidArgument(field, what);
   };
-  check(std::isfinite(temp) && temp >= 0.0f,
-        fmt::format("temperature {} must be finite and >= 0", temp));
-  check(top_p >= 0.0f && top_p <= 1.0f, fmt::format("top_p {} must be in [0, 1]", top_p));
-  check(min_p >= 0.0f && min_p <= 1.0f, fmt::format("min_p {} must be in [0, 1]", min_p));
-  check(typical_p >= 0.0f && typical_p <= 1.0f,
-        fmt::format("typical_p {} must be in [0, 1]", typical_p));
-  check(std::isfinite(repeat_penalty) && repeat_penalty > 0.0f,
-        fmt::format("repeat_penalty {} must be > 0", repeat_penalty));
-  check(repeat_last_n >= -1, fmt::format("repeat_last_n {} must be >= -1", repeat_last_n));
-  check(std::isfinite(presence_penalty),
-        fmt::format("presence_penalty {} must be finite", presence_penalty));
-  check(std::isfinite(frequency_penalty),
-        fmt::format("frequency_penalty {} must be finite", frequency_penalty));
   for (const auto& [id, b] : logit_bias) {
-    check(id >= 0 && id < n_vocab,
-          fmt::format("logit bias token {} is outside the vocabulary [0, {})", id, n_vocab));
-    check(!std::isnan(b) && b != std::numeric_limits<float>::infinity(),
-          fmt::format("logit bias {} of token {} must be a number or -inf", b, id));
+    check(id >= 0 && id < n_vocab, "logit_bias",
+          fmt::format("the logit bias token {} is outside the vocabulary [0, {})", id, n_vocab));
+    check(!std::isnan(b) && b != std::numeric_limits<float>::infinity(), "logit_bias",
+          fmt::format("the logit bias {} of token {} must be a number or -inf", b, id));
   }
   // Every token banned: the draw would fall back to a uniform pick among
   // banned tokens. Only -inf bans (a finite bias, however low, shifts).
@@ -401,14 +399,14 @@ void SamplingParams::validate(int n_vocab) const {
       banned[static_cast<size_t>(id)] = true;
       ++n_banned;
     }
-    check(n_banned < n_vocab,
-          fmt::format("logit bias bans every token of the vocabulary ({} of {} at -inf; -100 "
+    check(n_banned < n_vocab, "logit_bias",
+          fmt::format("the logit bias bans every token of the vocabulary ({} of {} at -inf; -100 "
                       "through the API): nothing is left to sample; ban fewer tokens",
                       n_banned, n_vocab));
   }
   for (size_t i = 0; i < order.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
-      check(order[i] != order[j], "the sampler order names a stage twice");
+      check(order[i] != order[j], "samplers", "the sampler order names a stage twice");
     }
   }
 }

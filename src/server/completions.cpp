@@ -136,14 +136,13 @@ void Server::Impl::complete(Exchange& ex) {
   try {
     *handle = e->submit(request);
   } catch (const InvalidArgument& err) {
-    return answer(server::error_reply(400, err.what(), "invalid_request_error",
-                                      api::engine_error_param(err.what())));
+    return answer(
+        server::error_reply(400, err.what(), "invalid_request_error", api::param_of(err)));
   } catch (const ResourceExhausted& err) {
-    return answer(server::error_reply(400, err.what(), "invalid_request_error",
-                                      api::engine_error_param(err.what()),
+    return answer(server::error_reply(400, err.what(), "invalid_request_error", api::param_of(err),
                                       "context_length_exceeded"));
   } catch (const NotFound& err) {  // a continuation with nothing saved to continue
-    return answer(server::error_reply(404, err.what(), "invalid_request_error", "session_id",
+    return answer(server::error_reply(404, err.what(), "invalid_request_error", api::param_of(err),
                                       "session_not_found"));
   }
   // Registered for the cancel at shutdown; a request that comes in after it

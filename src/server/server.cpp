@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <sys/random.h>
 
+#include <type_traits>
+
 #include "encore/error.h"
 #include "server/server_impl.h"
 
@@ -312,23 +314,13 @@ server::HttpHandlers Server::Impl::handlers() {
 // ---- life cycle -------------------------------------------------------------
 
 std::unique_ptr<Server> Server::create(const ServerOptions& o) {
-  if (o.port < 0 || o.port > 65535) {
-    throw InvalidArgument(fmt::format("port {} must be in [0, 65535]", o.port));
-  }
-  if (o.max_in_flight < 1 || o.tenant_in_flight < 0 || o.max_body_bytes < 1024 ||
-      o.max_header_bytes < 1024 || o.max_header_bytes > (1u << 20) || o.max_connections < 1 ||
-      o.max_connections_per_ip < 0 || o.io_threads < 1 || o.io_threads > 64) {
-    throw InvalidArgument(
-        "server limits: max_in_flight >= 1, tenant limit >= 0, body >= 1 KiB, headers in "
-        "[1 KiB, 1 MiB], connections >= 1, per address >= 0, I/O threads in [1, 64]");
-  }
-  if (o.read_timeout < std::chrono::seconds(1) || o.read_timeout > std::chrono::hours(1) ||
-      o.read_deadline < std::chrono::milliseconds(100) || o.read_deadline > std::chrono::hours(1) ||
-      o.idle_timeout < std::chrono::seconds(1) || o.idle_timeout > std::chrono::hours(1)) {
-    throw InvalidArgument(
-        "server limits: read timeout and idle timeout in [1 s, 1 h], read deadline in "
-        "[0.1 s, 1 h]");
-  }
+  visit_settings(o, [](const settings::Setting& s, const auto& v) {
+    if constexpr (std::is_arithmetic_v<std::remove_cvref_t<decltype(v)>>) {
+      settings::check(s, static_cast<double>(v));
+    } else {  // a duration
+      settings::check(s, std::chrono::duration<double>(v).count());
+    }
+  });
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.opt = o;

@@ -1,6 +1,7 @@
 // The tier-independent parts of store.h: miss names, TieredStore, the
 // default state directory.
 #include "encore/store.h"
+#include "util/text.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -37,11 +38,7 @@ std::string tenant_tag(std::string_view tenant) {
   return fmt::format("{:016x}", XXH3_64bits(tenant.data(), tenant.size()));
 }
 
-std::string default_state_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/encore";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/encore";
-  return {};
-}
+std::string default_state_dir() { return util::cache_dir(); }
 
 TieredStore::TieredStore(std::vector<std::unique_ptr<StoreTier>> tiers)
     : tiers_(std::move(tiers)) {}

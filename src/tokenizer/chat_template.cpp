@@ -230,14 +230,15 @@ void check_messages(ChatTemplate t, std::span<const ChatMessage> msgs, bool syst
     const std::string& role = msgs[i].role;
     if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
       throw InvalidArgument(
-          fmt::format("messages[{}].role: '{}' is not a role of the {} chat format (accepted: {})",
-                      i, util::printable(role, 40), chat_template_name(t), role_list(t)));
+          fmt::format("messages[{}].role", i),
+          fmt::format("'{}' is not a role of the {} chat format (accepted: {})",
+                      util::printable(role, 40), chat_template_name(t), role_list(t)));
     }
     if (system_only_first && role == "system" && i != 0) {
-      throw InvalidArgument(fmt::format(
-          "messages[{}].role: a system message, but the {} format takes one only as the first "
-          "message",
-          i, chat_template_name(t)));
+      throw InvalidArgument(
+          fmt::format("messages[{}].role", i),
+          fmt::format("a system message, but the {} format takes one only as the first message",
+                      chat_template_name(t)));
     }
   }
 }
@@ -462,8 +463,8 @@ ChatTemplate chat_template_from_name(std::string_view name) {
   for (const NamedTemplate& e : kTemplates) {
     if (e.name == name) return e.t;
   }
-  throw InvalidArgument(
-      fmt::format("unknown chat template name '{}' (known: {})", name, chat_template_names()));
+  throw InvalidArgument("chat_template", fmt::format("unknown chat template name '{}' (known: {})",
+                                                     name, chat_template_names()));
 }
 
 ChatTemplate detect_chat_template(std::string_view template_text) {

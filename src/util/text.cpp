@@ -1,5 +1,7 @@
 #include "util/text.h"
 
+#include <cstdlib>
+
 namespace encore::util {
 
 std::string printable(std::string_view s, size_t max_len) {
@@ -20,6 +22,16 @@ std::string printable(std::string_view s, size_t max_len) {
     }
   }
   return out;
+}
+
+std::string cache_dir() {
+  std::string dir;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') {
+    dir.append(x).append("/encore");
+  } else if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/') {
+    dir.append(h).append("/.cache/encore");
+  }
+  return dir;
 }
 
 }  // namespace encore::util

@@ -1,4 +1,5 @@
-// Small text helpers shared by every module (no dependencies).
+// Small text helpers shared by every module (no dependencies), and the
+// cache directory.
 // Pure functions; thread-safe; O(length of the input).
 #pragma once
 
@@ -14,5 +15,11 @@ namespace encore::util {
 // sequences or breaking the quotes around them. Once the result reaches
 // `max_len` characters it is cut and "...(N bytes)" gives the input's size.
 std::string printable(std::string_view s, size_t max_len = 96);
+
+// Encore's cache directory, the one lookup for every cache (the state tiers'
+// default_state_dir, the fingerprint cache): $XDG_CACHE_HOME/encore, else
+// $HOME/.cache/encore, else "" (none). Relative values are ignored, as the
+// XDG spec asks. Reads the environment: not thread-safe against setenv.
+std::string cache_dir();
 
 }  // namespace encore::util
