@@ -29,7 +29,8 @@ class SchedulerPlan : public ::testing::Test {
     sched_ = std::make_unique<Scheduler>(*pool_, kVocab, batch_tokens, prefix_cache, nullptr);
   }
   void TearDown() override {
-    sched_.reset();  // frees the jobs' KV before the pool goes
+    if (sched_) sched_->take_all();  // frees the jobs' KV before the pool goes
+    sched_.reset();
   }
 
   // A job of `n_prompt` tokens (starting at `first`) and `n` samples; the
@@ -211,6 +212,52 @@ TEST_F(SchedulerPlan, WithoutThePrefixCacheEveryPromptIsEvaluated) {
   Job* b = add(10);
   EXPECT_EQ(step(), (std::vector<Planned>{{a, 0, 1, true}, {b, -1, 10, true}}));
   EXPECT_EQ(b->response.usage.cached_tokens, 0);
+}
+
+// A request preempted after its first token was drawn (before the fork) is
+// admitted again when blocks come back: its prompt is evaluated again (the
+// output stage draws nothing, the sample has its id), then the kept token.
+TEST_F(SchedulerPlan, ARequestPreemptedBeforeItsForkKeepsItsFirstToken) {
+  make(7, 32);
+  Job* a = add(8);
+  Job* b = add(8, 0, 1, 100);
+  Job* c = add(8, 0, 1, 200);
+  step();
+  step();  // c preempted with one id
+  ASSERT_EQ(c->phase, Job::Phase::Waiting);
+  ASSERT_EQ(c->samples[0].state.ids.size(), 1u);
+  // a and b end: the output stage releases what they hold.
+  a->completed = true;
+  b->completed = true;
+  sched_->update({{a, -1}, {b, -1}});
+  EXPECT_EQ(pool_->n_free(), 7);
+  EXPECT_EQ(step(), (std::vector<Planned>{{c, -1, 8, true}}));
+  EXPECT_EQ(c->samples[0].state.ids.size(), 1u);  // not drawn again
+  EXPECT_EQ(step(), (std::vector<Planned>{{c, 0, 1, true}}));
+  EXPECT_EQ(c->samples[0].state.ids.size(), 2u);
+  c->completed = true;
+  sched_->update({{c, 0}, {c, -1}});
+  EXPECT_TRUE(sched_->idle());
+  EXPECT_EQ(pool_->n_free(), 7);
+}
+
+// What the output stage releases (a finished sample, then its ended job) and
+// what take_all takes (the rest, at shutdown) give every block back.
+TEST_F(SchedulerPlan, ReleasesAndTakeAllGiveEveryBlockBack) {
+  make(16, 64, true);
+  Job* j = add(6, 0, 3);
+  Job* k = add(5, 0, 2, 50);
+  step();
+  step();
+  step();
+  j->samples[1].active = false;
+  sched_->update({{j, 1}});
+  j->completed = true;
+  sched_->update({{j, 0}, {j, -1}});
+  auto all = sched_->take_all();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].get(), k);
+  EXPECT_EQ(pool_->n_free(), 16);
 }
 
 }  // namespace

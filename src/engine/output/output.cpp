@@ -39,11 +39,16 @@ void OutputProcessor::process(const StepPlan& plan, KvReleases& out) {
   for (const StepPlan::Entry& e : plan.entries) {
     Job& job = *e.job;
     if (!e.logits || job.completed) continue;  // a chunk, or failed earlier in this loop
-    if (e.sample < 0) {
-      job.prompt_done = Clock::now();
-      first_tokens(job, out);
-    } else {
-      advance(job, e.sample, out);
+    try {
+      if (e.sample < 0) {
+        job.prompt_done = Clock::now();
+        first_tokens(job, out);
+      } else {
+        advance(job, e.sample, out);
+      }
+    } catch (const std::exception& ex) {  // e.g. out of memory: this request only
+      complete(job, Response::Status::Failed, fmt::format("output failed: {}", ex.what()), out);
+      continue;
     }
     if (job.n_active() == 0) complete(job, Response::Status::Ok, {}, out);
   }

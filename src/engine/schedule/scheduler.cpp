@@ -36,6 +36,9 @@ Scheduler::Scheduler(KvBlockPool& pool, int n_vocab, int32_t batch_tokens, bool 
       persist_(prefix_cache ? persist : nullptr) {}
 
 Scheduler::~Scheduler() {
+  // The engine answers every job (take_all) before it stops: one left here
+  // would leave its caller waiting.
+  assert(jobs_.empty());
   for (const auto& job : jobs_) release_kv(*job);
 }
 

@@ -11,7 +11,8 @@
 //   Scheduler::update(releases)             frees it, drops ended requests
 //
 // Ownership: the scheduler owns the plan and the Jobs it points at; a plan
-// is valid until the next schedule(). Plain data, no behaviour.
+// is valid until Scheduler::update(), which drops the jobs that ended.
+// Plain data, no behaviour.
 #pragma once
 
 #include <cstdint>
