@@ -1,4 +1,5 @@
-// libFuzzer target for `encore batch` lines (src/api, untrusted JSONL). Every
+// libFuzzer target for `encore batch` lines and the server's request bodies
+// (src/api: parse_batch_line, parse_server_request; untrusted). Every
 // input must either parse or throw encore::Error; an accepted line must keep
 // the request limits (the engine relies on them before its own checks), and
 // peek_custom_id must agree with it. Error messages must be valid UTF-8
@@ -62,6 +63,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // dump() throws (and so crashes here) on bytes that are not UTF-8.
     (void)nlohmann::json({{"field", e.field()}, {"message", e.what()}}).dump();
   } catch (const encore::Error&) {
+  }
+  // The same bytes as an HTTP body to either completion endpoint.
+  for (const auto endpoint :
+       {encore::api::Endpoint::Completions, encore::api::Endpoint::ChatCompletions}) {
+    try {
+      const encore::api::ServerRequest s =
+          encore::api::parse_server_request(encore::api::parse_json_body(line), endpoint);
+      check_request(s.request);
+      check(s.request.session.empty() || encore::valid_session_id(s.request.session));
+      check(!s.include_usage || s.request.stream);
+    } catch (const encore::api::RequestError& e) {
+      check(*e.what() != '\0');
+      (void)nlohmann::json({{"field", e.field()}, {"message", e.what()}}).dump();
+    } catch (const encore::Error&) {
+    }
   }
   return 0;
 }

@@ -78,6 +78,16 @@ class RequestError : public InvalidArgument {
 // body: one request object. Throws RequestError.
 Request parse_request(const nlohmann::json& body, Endpoint endpoint);
 
+// A request to the server's completion endpoints: the Request, with its
+// session (`session_id`, which `encore batch` does not take), and what only
+// the HTTP answer uses (`stream_options.include_usage`, allowed only with
+// `stream`). Throws RequestError.
+struct ServerRequest {
+  Request request;
+  bool include_usage = false;
+};
+ServerRequest parse_server_request(const nlohmann::json& body, Endpoint endpoint);
+
 // One line of an `encore batch` JSONL file: either a flat request object with
 // an optional "custom_id" (string), or OpenAI's Batch API envelope
 // {"custom_id", "method": "POST", "url": "/v1/completions" or

@@ -602,6 +602,21 @@ Request parse_request(const json& body, Endpoint endpoint) {
   return r;
 }
 
+ServerRequest parse_server_request(const json& body, Endpoint endpoint) {
+  ServerRequest out;
+  out.request = parse_request(body, endpoint);
+  if (const json* so = find(body, "stream_options"); so && !so->is_null()) {
+    if (!so->is_object()) fail("stream_options", "must be an object");
+    if (!out.request.stream) fail("stream_options", "only allowed when stream is true");
+    if (const json* iu = find(*so, "include_usage")) {
+      if (!iu->is_boolean()) fail("stream_options.include_usage", "must be true or false");
+      out.include_usage = iu->get<bool>();
+    }
+  }
+  if (const json* v = find(body, "session_id")) out.request.session = v->get<std::string>();
+  return out;
+}
+
 BatchLine parse_batch_line(std::string_view line) {
   std::string error;
   const std::optional<json> doc = parse_json(line, error);

@@ -80,6 +80,9 @@ struct Answer {
     const Json err = server::error_json(message, "server_error", {}, code);
     return stream ? event(err) : write(server::dump(err));
   }
+  // A whole answer ready (or failed, or timed out) within 1.5 s, counted;
+  // nullopt when it is still running then.
+  std::optional<Reply> early();
   Ending body();
 };
 
@@ -95,39 +98,17 @@ void Server::Impl::complete(Exchange& ex) {
   };
   Engine* e = engine.load();
 
-  Json body;
-  Request request;
+  api::ServerRequest parsed;
   try {
-    body = api::parse_json_body(ex.body());
+    const nlohmann::json body = api::parse_json_body(ex.body());
     ex.body() = std::string();  // the tree holds what is needed
-    request = api::parse_request(
+    parsed = api::parse_server_request(
         body, chat ? api::Endpoint::ChatCompletions : api::Endpoint::Completions);
   } catch (const api::RequestError& err) {
     return answer(server::error_reply(400, err.what(), "invalid_request_error", err.field()));
   }
+  Request& request = parsed.request;
   const bool stream = request.stream;
-  bool include_usage = false;
-  if (const auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
-    if (!so->is_object() || !stream) {
-      return answer(server::error_reply(400,
-                                        so->is_object()
-                                            ? "stream_options: only allowed when stream is true"
-                                            : "stream_options: must be an object",
-                                        "invalid_request_error", "stream_options"));
-    }
-    if (const auto iu = so->find("include_usage"); iu != so->end()) {
-      if (!iu->is_boolean()) {
-        return answer(server::error_reply(400,
-                                          "stream_options.include_usage: must be true or false",
-                                          "invalid_request_error", "stream_options.include_usage"));
-      }
-      include_usage = iu->get<bool>();
-    }
-  }
-  if (const auto sid = body.find("session_id"); sid != body.end() && sid->is_string()) {
-    request.session = sid->get<std::string>();
-  }
-  body = Json();
   if (chat && request.chat_template.empty()) request.chat_template = opt.chat_template;
   request.tenant = admitted->tenant;  // never from the client
   request.stream = true;              // events drive both kinds of answer
@@ -173,36 +154,13 @@ void Server::Impl::complete(Exchange& ex) {
   a.ctx.session = request.session;
   a.ctx.session_continued = handle->session_found();
   a.stream = stream;
-  a.include_usage = include_usage;
+  a.include_usage = parsed.include_usage;
   a.n = request.n;
   a.deadline = Clock::now() + opt.request_timeout;
 
   // A whole answer: wait a moment before committing to a status line.
   if (!stream) {
-    const auto commit_at = std::min(a.deadline, Clock::now() + std::chrono::milliseconds(1500));
-    while (!handle->done() && Clock::now() < commit_at) {
-      handle->next_for(std::chrono::milliseconds(50));
-    }
-    if (handle->done() || Clock::now() >= a.deadline) {
-      if (!handle->done()) {
-        handle->cancel();
-        metrics.outcome(kTimeout.outcome);
-        return answer(
-            server::error_reply(504, "the request timed out", "server_error", {}, "timeout"));
-      }
-      const Response& r = handle->wait();
-      if (r.status != Response::Status::Ok) {
-        const Stopped st = stopped_as(r, shutting_down);
-        metrics.outcome(st.ending.outcome);
-        return answer(
-            server::error_reply(st.ending.status, st.message, "server_error", {}, st.code));
-      }
-      metrics.outcome(kOk.outcome);
-      count_answer(metrics, r);
-      Reply whole;
-      whole.body = server::dump(server::reply_json(a.ctx, r));
-      return answer(std::move(whole));
-    }
+    if (std::optional<Reply> early = a.early()) return answer(std::move(*early));
   }
 
   server::HeaderList headers;
@@ -219,6 +177,30 @@ void Server::Impl::complete(Exchange& ex) {
 }
 
 namespace {
+
+std::optional<Reply> Answer::early() {
+  const auto commit_at = std::min(deadline, Clock::now() + std::chrono::milliseconds(1500));
+  while (!handle.done() && Clock::now() < commit_at) {
+    handle.next_for(std::chrono::milliseconds(50));
+  }
+  if (!handle.done() && Clock::now() < deadline) return std::nullopt;
+  if (!handle.done()) {
+    handle.cancel();
+    m.metrics.outcome(kTimeout.outcome);
+    return server::error_reply(504, "the request timed out", "server_error", {}, "timeout");
+  }
+  const Response& r = handle.wait();
+  if (r.status != Response::Status::Ok) {
+    const Stopped st = stopped_as(r, m.shutting_down);
+    m.metrics.outcome(st.ending.outcome);
+    return server::error_reply(st.ending.status, st.message, "server_error", {}, st.code);
+  }
+  m.metrics.outcome(kOk.outcome);
+  count_answer(m.metrics, r);
+  Reply whole;
+  whole.body = server::dump(server::reply_json(ctx, r));
+  return whole;
+}
 
 // Writes the answer as it comes; how it ended.
 Ending Answer::body() {
