@@ -131,6 +131,105 @@ struct Totals {
   int64_t prompt_tokens = 0, cached_tokens = 0, generated = 0, preemptions = 0;
 };
 
+// The results file: written to OUT.tmp and renamed over OUT once whole, so
+// a run that fails leaves no half-written results behind; or stdout.
+class ResultsOut {
+ public:
+  explicit ResultsOut(const std::string& path)
+      : path_(path), tmp_(path + ".tmp"), to_stdout_(path == "-") {
+    if (to_stdout_) return;
+    file_.open(tmp_, std::ios::binary | std::ios::trunc);
+    if (!file_) throw InvalidArgument(fmt::format("-o {}: cannot write {}", path_, tmp_));
+  }
+  std::ostream& stream() { return to_stdout_ ? std::cout : file_; }
+  void commit() {
+    std::ostream& out = stream();
+    out.flush();
+    if (!out) throw InvalidArgument(fmt::format("-o {}: writing the results failed", path_));
+    if (to_stdout_) return;
+    file_.close();
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) {
+      throw InvalidArgument(
+          fmt::format("-o {}: cannot rename {} over it: {}", path_, tmp_, ec.message()));
+    }
+  }
+
+ private:
+  const std::string path_, tmp_;
+  const bool to_stdout_;
+  std::ofstream file_;
+};
+
+// One input line submitted (or refused: its error result kept).
+Pending submit_line(Engine& engine, const LineReader::Line& line, size_t line_no,
+                    const std::string& chat_template) {
+  Pending p;
+  p.line = line_no;
+  if (line.too_long) {
+    p.error =
+        error_result(std::nullopt, line_no,
+                     fmt::format("the line is longer than {} bytes", api::kMaxLineBytes), nullptr);
+    return p;
+  }
+  p.custom_id = api::peek_custom_id(line.text);
+  try {
+    api::BatchLine b = api::parse_batch_line(line.text);
+    p.custom_id = b.custom_id;
+    Request& r = b.request;
+    r.stream = false;
+    if (!r.messages.empty() && r.chat_template.empty()) r.chat_template = chat_template;
+    p.n = r.n;
+    p.logprobs = r.logprobs;
+    p.handle = engine.submit(std::move(r));
+  } catch (const Error& e) {  // from the parser or the engine
+    p.error = error_result(p.custom_id, line_no, e.what(), field_of(e));
+  }
+  return p;
+}
+
+// The result line of a request that ran (counted in `t`).
+Json result_of(const Engine& engine, Pending& p, Totals& t) {
+  const Response& r = p.handle.wait();
+  if (r.status != Response::Status::Ok) {
+    ++t.errors;
+    return error_result(p.custom_id, p.line, r.error.empty() ? "cancelled" : r.error, nullptr);
+  }
+  Json j;
+  if (p.custom_id) j["custom_id"] = *p.custom_id;
+  j.update(response_json(engine, r, p.n, p.logprobs > 0));
+  if (p.logprobs < 0) {  // not asked: no logprobs lists
+    if (j.contains("choices")) {
+      for (Json& c : j["choices"]) c.erase("logprobs");
+    } else {
+      j.erase("logprobs");
+    }
+  }
+  ++t.ok;
+  t.prompt_tokens += r.usage.prompt_tokens;
+  t.cached_tokens += r.usage.cached_tokens;
+  t.generated += r.usage.generated_tokens;
+  t.preemptions += r.preemptions;
+  return j;
+}
+
+void print_summary(const Totals& t, const EngineStats& s, double secs) {
+  fmt::print(stderr, "batch: {} requests ({} ok, {} errors) in {:.2f} s\n", t.done, t.ok, t.errors,
+             secs);
+  fmt::print(stderr,
+             "tokens: {} prompt ({} from the prefix cache, {:.1f} %), {} generated ({:.1f} "
+             "tok/s)\n",
+             t.prompt_tokens, t.cached_tokens,
+             t.prompt_tokens > 0 ? 100.0 * t.cached_tokens / t.prompt_tokens : 0.0, t.generated,
+             secs > 0 ? t.generated / secs : 0.0);
+  fmt::print(stderr,
+             "prefix cache: {} lookups, {} hit blocks ({} tokens), {} evictions; preemptions: "
+             "{}; forward steps: {}\n",
+             s.prefix_lookups, s.prefix_hit_blocks, s.prefix_hit_tokens, s.prefix_evictions,
+             s.preemptions, s.steps);
+}
+
 void run_batch(const BatchArgs& a) {
   std::ifstream file_in;
   if (a.input != "-") {
@@ -138,14 +237,8 @@ void run_batch(const BatchArgs& a) {
     if (!file_in) throw InvalidArgument(fmt::format("-i {}: cannot open the file", a.input));
   }
   std::istream& in = a.input == "-" ? std::cin : file_in;
-  const bool to_stdout = a.output == "-";
-  const std::string tmp = a.output + ".tmp";
-  std::ofstream file_out;
-  if (!to_stdout) {
-    file_out.open(tmp, std::ios::binary | std::ios::trunc);
-    if (!file_out) throw InvalidArgument(fmt::format("-o {}: cannot write {}", a.output, tmp));
-  }
-  std::ostream& out = to_stdout ? std::cout : file_out;
+  ResultsOut results(a.output);
+  std::ostream& out = results.stream();
 
   const std::unique_ptr<Engine> engine = Engine::open(engine_options(a.model, a.engine, false));
   const EngineInfo& info = engine->info();
@@ -175,6 +268,8 @@ void run_batch(const BatchArgs& a) {
                t.prompt_tokens > 0 ? 100.0 * t.cached_tokens / t.prompt_tokens : 0.0);
   };
 
+  // Results are written in input order: the window holds the requests in
+  // flight, the oldest first.
   std::deque<Pending> window;
   auto write_front = [&] {
     Pending& p = window.front();
@@ -186,26 +281,7 @@ void run_batch(const BatchArgs& a) {
       while (!p.handle.done()) {
         if (p.handle.next_for(std::chrono::milliseconds(100)) == std::nullopt) draw(false);
       }
-      const Response& r = p.handle.wait();
-      if (r.status != Response::Status::Ok) {
-        j = error_result(p.custom_id, p.line, r.error.empty() ? "cancelled" : r.error, nullptr);
-        ++t.errors;
-      } else {
-        if (p.custom_id) j["custom_id"] = *p.custom_id;
-        j.update(response_json(*engine, r, p.n, p.logprobs > 0));
-        if (p.logprobs < 0) {  // not asked: no logprobs lists
-          if (j.contains("choices")) {
-            for (Json& c : j["choices"]) c.erase("logprobs");
-          } else {
-            j.erase("logprobs");
-          }
-        }
-        ++t.ok;
-        t.prompt_tokens += r.usage.prompt_tokens;
-        t.cached_tokens += r.usage.cached_tokens;
-        t.generated += r.usage.generated_tokens;
-        t.preemptions += r.preemptions;
-      }
+      j = result_of(*engine, p, t);
     }
     out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     ++t.done;
@@ -220,63 +296,18 @@ void run_batch(const BatchArgs& a) {
     ++line_no;
     if (!line.too_long && blank(line.text)) continue;
     if (window.size() >= static_cast<size_t>(a.max_in_flight)) write_front();
-    Pending p;
-    p.line = line_no;
-    if (line.too_long) {
-      p.error = error_result(std::nullopt, line_no,
-                             fmt::format("the line is longer than {} bytes", api::kMaxLineBytes),
-                             nullptr);
-      window.push_back(std::move(p));
-      continue;
-    }
-    p.custom_id = api::peek_custom_id(line.text);
-    try {
-      api::BatchLine b = api::parse_batch_line(line.text);
-      p.custom_id = b.custom_id;
-      Request& r = b.request;
-      r.stream = false;
-      if (!r.messages.empty() && r.chat_template.empty()) r.chat_template = a.chat_template;
-      p.n = r.n;
-      p.logprobs = r.logprobs;
-      p.handle = engine->submit(std::move(r));
-    } catch (const Error& e) {  // from the parser or the engine
-      p.error = error_result(p.custom_id, line_no, e.what(), field_of(e));
-    }
-    window.push_back(std::move(p));
+    window.push_back(submit_line(*engine, line, line_no, a.chat_template));
     while (!window.empty() && (window.front().error || window.front().handle.done())) {
       write_front();
     }
   }
   while (!window.empty()) write_front();
-  out.flush();
-  if (!out) throw InvalidArgument(fmt::format("-o {}: writing the results failed", a.output));
-  if (!to_stdout) {
-    file_out.close();
-    std::error_code ec;
-    std::filesystem::rename(tmp, a.output, ec);
-    if (ec) {
-      throw InvalidArgument(
-          fmt::format("-o {}: cannot rename {} over it: {}", a.output, tmp, ec.message()));
-    }
-  }
+  results.commit();
   draw(true);
   if (progress) fmt::print(stderr, "\n");
   engine->drain();
-  const EngineStats s = engine->stats();
-  const double secs = std::chrono::duration<double>(BatchClock::now() - start).count();
-  fmt::print(stderr, "batch: {} requests ({} ok, {} errors) in {:.2f} s\n", t.done, t.ok, t.errors,
-             secs);
-  fmt::print(stderr,
-             "tokens: {} prompt ({} from the prefix cache, {:.1f} %), {} generated ({:.1f} "
-             "tok/s)\n",
-             t.prompt_tokens, t.cached_tokens,
-             t.prompt_tokens > 0 ? 100.0 * t.cached_tokens / t.prompt_tokens : 0.0, t.generated,
-             secs > 0 ? t.generated / secs : 0.0);
-  fmt::print(stderr,
-             "prefix cache: {} lookups, {} hit blocks ({} tokens), {} evictions; preemptions: "
-             "{}; forward steps: {}\n",
-             s.prefix_lookups, s.prefix_hit_blocks, s.prefix_hit_tokens, s.prefix_evictions,
-             s.preemptions, s.steps);
+  print_summary(t, engine->stats(),
+                std::chrono::duration<double>(BatchClock::now() - start).count());
 }
 
 }  // namespace
