@@ -137,22 +137,86 @@ Request request_from_flags(const RunArgs& a) {
   return r;
 }
 
+// The saved generation --resume continues, checked against -c; nullopt
+// without --resume.
+std::optional<RunState> load_resume(const RunArgs& a) {
+  if (a.resume.empty()) return std::nullopt;
+  RunState saved = load_run_state(a.resume);
+  // The context size decides where a generation ends: keep the saved one.
+  if (a.engine.ctx_size > 0 && a.engine.ctx_size != saved.n_ctx) {
+    throw InvalidArgument(fmt::format(
+        "--resume {}: the generation ran with context size {}; -c {} would end it elsewhere "
+        "(omit -c)",
+        a.resume, saved.n_ctx, a.engine.ctx_size));
+  }
+  return saved;
+}
+
+// The request the flags (or the saved generation) ask for.
+Request run_request(const RunArgs& a, const std::optional<RunState>& saved, bool tiers) {
+  Request request;
+  try {
+    request = saved ? saved->request : request_from_flags(a);
+  } catch (const InvalidArgument& e) {  // --samplers
+    throw with_flag(e);
+  }
+  request.session = a.session;
+  // With state tiers, a saved generation also writes its KV blocks, so a
+  // --resume restores them instead of recomputing.
+  request.persist = tiers && !a.save_state.empty();
+  if (!a.session.empty() && a.prompt.empty() && a.file.empty() && request.messages.empty()) {
+    request.prompt.clear();  // no prompt: continue the session's generation
+  }
+  // Logprobs do not change what is sampled, so a resumed run may ask for
+  // more of them than the original did. --json always reports the chosen
+  // tokens' logprobs; --logprobs N adds the top N.
+  request.logprobs = std::max({request.logprobs, a.request.logprobs, a.json ? 0 : -1});
+  request.max_tokens = a.request.max_tokens;
+  // One sample streams as it is generated; several are printed at the end.
+  request.stream = !a.json && request.n == 1;
+  return request;
+}
+
+// Engine::submit, with the engine's errors told in the flags' terms.
+RequestHandle submit_run(Engine& engine, const Request& request, const RunArgs& a) {
+  try {
+    return engine.submit(request);
+  } catch (const InvalidArgument& e) {
+    if (!a.resume.empty())
+      throw InvalidArgument(fmt::format("--resume {}: {}", a.resume, e.what()));
+    throw with_flag(e);
+  } catch (const ResourceExhausted& e) {  // the KV cache is too small for the request
+    throw ResourceExhausted(fmt::format("{} (raise --kv-mem, or lower -c, -n or --n)", e.what()));
+  } catch (const NotFound& e) {  // --session without a prompt, and none saved
+    throw NotFound(fmt::format("{} (-p / -f)", e.what()));
+  }
+}
+
+// The timings and, with state tiers, what they restored and wrote (stderr).
+void print_run_stats(Engine& engine, const Response& r, const RunArgs& a, bool tiers) {
+  const EngineInfo& info = engine.info();
+  fmt::print(stderr, "prompt: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", r.usage.prompt_tokens,
+             r.prompt_seconds * 1e3, per_second(r.usage.prompt_tokens, r.prompt_seconds));
+  fmt::print(stderr, "generate: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", r.usage.generated_tokens,
+             r.generate_seconds * 1e3, per_second(r.usage.generated_tokens, r.generate_seconds));
+  fmt::print(stderr, "finish: {}, seed {}, system fingerprint {}\n",
+             finish_reason_name(r.samples[0].finish), r.seed, info.system_fingerprint);
+  if (!tiers) return;
+  engine.drain();  // the session and blocks are written before the process ends
+  const EngineStats s = engine.stats();
+  fmt::print(stderr,
+             "state: {} KV blocks restored ({} disk, {} redis), {} written, {} fallbacks{}{}\n",
+             s.blocks_restored, s.blocks_restored_disk, s.blocks_restored_redis, s.blocks_saved,
+             s.state_fallbacks, a.session.empty() ? "" : ", session ",
+             a.session.empty() ? "" : (r.session_found ? "continued" : "started"));
+}
+
 void run_generate(const RunArgs& a) {
   if (!a.prompt.empty() && !a.file.empty()) {
     throw InvalidArgument("give the prompt with -p or -f, not both");
   }
-  const bool resuming = !a.resume.empty();
-  std::optional<RunState> saved;
-  if (resuming) {
-    saved = load_run_state(a.resume);
-    // The context size decides where a generation ends: keep the saved one.
-    if (a.engine.ctx_size > 0 && a.engine.ctx_size != saved->n_ctx) {
-      throw InvalidArgument(fmt::format(
-          "--resume {}: the generation ran with context size {}; -c {} would end it elsewhere "
-          "(omit -c)",
-          a.resume, saved->n_ctx, a.engine.ctx_size));
-    }
-  }
+  const std::optional<RunState> saved = load_resume(a);
+  const bool resuming = saved.has_value();
   EngineOptions options = engine_options(a.model, a.engine, !a.session.empty());
   if (saved) options.n_ctx = saved->n_ctx;
   const std::unique_ptr<Engine> engine = Engine::open(options);
@@ -179,40 +243,11 @@ void run_generate(const RunArgs& a) {
       info.kv_blocks);
 
   const bool tiers = !info_has_no_tiers(*engine);
-  Request request;
-  try {
-    request = saved ? saved->request : request_from_flags(a);
-  } catch (const InvalidArgument& e) {  // --samplers
-    throw with_flag(e);
-  }
-  request.session = a.session;
-  // With state tiers, a saved generation also writes its KV blocks, so a
-  // --resume restores them instead of recomputing.
-  request.persist = tiers && !a.save_state.empty();
-  if (!a.session.empty() && a.prompt.empty() && a.file.empty() && request.messages.empty()) {
-    request.prompt.clear();  // no prompt: continue the session's generation
-  }
-  // Logprobs do not change what is sampled, so a resumed run may ask for
-  // more of them than the original did. --json always reports the chosen
-  // tokens' logprobs; --logprobs N adds the top N.
-  request.logprobs = std::max({request.logprobs, a.request.logprobs, a.json ? 0 : -1});
-  request.max_tokens = a.request.max_tokens;
-  // One sample streams as it is generated; several are printed at the end.
-  const bool stream = !a.json && request.n == 1;
-  request.stream = stream;
+  const Request request = run_request(a, saved, tiers);
+  const bool stream = request.stream;
   const bool chat = !request.messages.empty();
   const std::string shown_prompt = chat || resuming ? "" : request.prompt;
-  RequestHandle handle;
-  try {
-    handle = engine->submit(request);
-  } catch (const InvalidArgument& e) {
-    if (saved) throw InvalidArgument(fmt::format("--resume {}: {}", a.resume, e.what()));
-    throw with_flag(e);
-  } catch (const ResourceExhausted& e) {  // the KV cache is too small for the request
-    throw ResourceExhausted(fmt::format("{} (raise --kv-mem, or lower -c, -n or --n)", e.what()));
-  } catch (const NotFound& e) {  // --session without a prompt, and none saved
-    throw NotFound(fmt::format("{} (-p / -f)", e.what()));
-  }
+  RequestHandle handle = submit_run(*engine, request, a);
   if (stream) {
     fmt::print("{}", shown_prompt);
     std::fflush(stdout);
@@ -246,21 +281,7 @@ void run_generate(const RunArgs& a) {
     }
   }
   std::fflush(stdout);
-  fmt::print(stderr, "prompt: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", r.usage.prompt_tokens,
-             r.prompt_seconds * 1e3, per_second(r.usage.prompt_tokens, r.prompt_seconds));
-  fmt::print(stderr, "generate: {} tokens in {:.1f} ms ({:.1f} tok/s)\n", r.usage.generated_tokens,
-             r.generate_seconds * 1e3, per_second(r.usage.generated_tokens, r.generate_seconds));
-  fmt::print(stderr, "finish: {}, seed {}, system fingerprint {}\n",
-             finish_reason_name(r.samples[0].finish), r.seed, info.system_fingerprint);
-  if (tiers) {
-    engine->drain();  // the session and blocks are written before the process ends
-    const EngineStats s = engine->stats();
-    fmt::print(stderr,
-               "state: {} KV blocks restored ({} disk, {} redis), {} written, {} fallbacks{}{}\n",
-               s.blocks_restored, s.blocks_restored_disk, s.blocks_restored_redis, s.blocks_saved,
-               s.state_fallbacks, a.session.empty() ? "" : ", session ",
-               a.session.empty() ? "" : (r.session_found ? "continued" : "started"));
-  }
+  print_run_stats(*engine, r, a, tiers);
 }
 
 }  // namespace
