@@ -47,25 +47,63 @@ std::vector<ChatMessage> fresh_conversation(const ChatArgs& a) {
   return m;
 }
 
+// The conversation a chat starts with: the session's saved one, or a fresh
+// one (the system prompt, if any).
+std::vector<ChatMessage> starting_conversation(Engine& engine, const ChatArgs& a) {
+  std::vector<ChatMessage> messages = fresh_conversation(a);
+  if (a.session.empty()) return messages;
+  std::string absent;
+  const std::optional<RunState> saved = engine.load_session("", a.session, &absent);
+  if (saved && !saved->request.messages.empty()) {
+    messages = saved->request.messages;
+    fmt::print(stderr, "chat: session {} continued ({} messages)\n", a.session, messages.size());
+  } else if (saved) {
+    fmt::print(stderr, "chat: session {} started (the saved one is not a chat)\n", a.session);
+  } else {
+    fmt::print(stderr, "chat: session {} started ({})\n", a.session, absent);
+  }
+  return messages;
+}
+
+// The request of the next turn.
+Request turn_request(const ChatArgs& a, const std::vector<ChatMessage>& messages) {
+  Request r;
+  r.messages = messages;
+  r.chat_template = a.chat_template;
+  r.sampling = a.request.sampling;
+  // One seed per turn of the conversation (a continued one goes on counting).
+  int64_t user_turns = 0;
+  for (const ChatMessage& m : messages) user_turns += m.role == "user" ? 1 : 0;
+  if (a.request.seed) r.seed = *a.request.seed + static_cast<uint64_t>(user_turns - 1);
+  r.max_tokens = a.request.max_tokens;
+  r.stream = true;
+  r.session = a.session;
+  return r;
+}
+
+// Prints the answer as it comes, until it ends or Ctrl-C cancels it.
+const Response& print_answer(RequestHandle& h) {
+  for (;;) {  // polled, so that Ctrl-C also stops a long prompt evaluation
+    const std::optional<Event> e = h.next_for(std::chrono::milliseconds(100));
+    if (g_interrupted) h.cancel();
+    if (!e) {
+      if (h.done()) break;
+      continue;
+    }
+    if (e->kind == Event::Kind::Done) break;
+    fmt::print("{}", e->text);
+    std::fflush(stdout);
+  }
+  return h.wait();
+}
+
 void run_chat(const ChatArgs& a) {
   const std::unique_ptr<Engine> engine =
       Engine::open(engine_options(a.model, a.engine, !a.session.empty()));
   const EngineInfo& info = engine->info();
   const bool tty = isatty(STDIN_FILENO) != 0;
 
-  std::vector<ChatMessage> messages = fresh_conversation(a);
-  if (!a.session.empty()) {
-    std::string absent;
-    const std::optional<RunState> saved = engine->load_session("", a.session, &absent);
-    if (saved && !saved->request.messages.empty()) {
-      messages = saved->request.messages;
-      fmt::print(stderr, "chat: session {} continued ({} messages)\n", a.session, messages.size());
-    } else if (saved) {
-      fmt::print(stderr, "chat: session {} started (the saved one is not a chat)\n", a.session);
-    } else {
-      fmt::print(stderr, "chat: session {} started ({})\n", a.session, absent);
-    }
-  }
+  std::vector<ChatMessage> messages = starting_conversation(*engine, a);
   if (info.synthetic) fmt::print(stderr, "note: random weights: the answers are noise\n");
   if (tty) fmt::print(stderr, "commands: /save [NAME], /reset, /exit; Ctrl-C stops an answer\n");
 
@@ -113,30 +151,9 @@ void run_chat(const ChatArgs& a) {
     }
     if (line.empty()) continue;
     messages.push_back({"user", line});
-    Request r;
-    r.messages = messages;
-    r.chat_template = a.chat_template;
-    r.sampling = a.request.sampling;
-    // One seed per turn of the conversation (a continued one goes on counting).
-    int64_t user_turns = 0;
-    for (const ChatMessage& m : messages) user_turns += m.role == "user" ? 1 : 0;
-    if (a.request.seed) r.seed = *a.request.seed + static_cast<uint64_t>(user_turns - 1);
-    r.max_tokens = a.request.max_tokens;
-    r.stream = true;
-    r.session = a.session;
+    const Request r = turn_request(a, messages);
     RequestHandle h = engine->submit(r);
-    for (;;) {  // polled, so that Ctrl-C also stops a long prompt evaluation
-      const std::optional<Event> e = h.next_for(std::chrono::milliseconds(100));
-      if (g_interrupted) h.cancel();
-      if (!e) {
-        if (h.done()) break;
-        continue;
-      }
-      if (e->kind == Event::Kind::Done) break;
-      fmt::print("{}", e->text);
-      std::fflush(stdout);
-    }
-    const Response& resp = h.wait();
+    const Response& resp = print_answer(h);
     if (resp.status == Response::Status::Failed) throw ModelError(resp.error);
     fmt::print("\n");
     std::fflush(stdout);
