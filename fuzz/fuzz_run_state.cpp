@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(b.resume[i].sampler.t == a.resume[i].sampler.t);
     check(b.resume[i].sampler.recent == a.resume[i].sampler.recent);
     check(b.resume[i].held_text == a.resume[i].held_text);
-    check(b.resume[i].decoder.pending == a.resume[i].decoder.pending);
+    check(b.resume[i].decoder_pending == a.resume[i].decoder_pending);
+    check(b.resume[i].decoder_strip_pending == a.resume[i].decoder_strip_pending);
     check(b.resume[i].finished == a.resume[i].finished);
   }
   check(b.stop == a.stop && b.logprobs == a.logprobs && b.n == a.n);
