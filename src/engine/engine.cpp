@@ -242,8 +242,8 @@ void Engine::Impl::loop() {
       todo.swap(tasks);
     }
     for (auto& job : jobs) {
-      if (job->max_tokens == 0 || job->n_active() == 0) {
-        output->finish_at_once(*job);  // nothing to generate
+      if (job->nothing_to_generate()) {
+        output->finish_at_once(*job);
       } else {
         scheduler->add(std::move(job));
       }

@@ -108,6 +108,9 @@ struct Job {
   bool any_token = false;
 
   size_t n_active() const;
+  // Nothing to generate (max_tokens 0, or every sample already finished):
+  // answered at once, never scheduled.
+  bool nothing_to_generate() const { return max_tokens == 0 || n_active() == 0; }
   // Token at position `pos` of sample s: prompt ids, then its generated ids.
   TokenId token_at(const SampleRun& s, int64_t pos) const;
   int64_t total_tokens(const SampleRun& s) const {

@@ -43,7 +43,7 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::add(std::unique_ptr<Job> job) {
-  assert(job->max_tokens != 0 && job->n_active() > 0);
+  assert(!job->nothing_to_generate());
   insert_sorted(waiting_, job.get());
   jobs_.push_back(std::move(job));
 }
@@ -116,7 +116,8 @@ void Scheduler::plan_step() {
   for (const bool decode : {true, false}) {
     for (Job* job : order) {
       if (plan_.budget_left == 0) break;
-      if (job->completed || job->phase == Job::Phase::Waiting) continue;
+      assert(!job->completed);  // update() dropped the jobs that ended
+      if (job->phase == Job::Phase::Waiting) continue;
       if ((job->phase == Job::Phase::Decode) != decode) continue;
       plan_job(*job);
     }
@@ -173,17 +174,14 @@ bool Scheduler::reserve(Job& job, KvSequence& seq, int64_t total) {
   }
 }
 
-// Preempts the newest running job that is not over. False when that was
-// `job` itself.
+// Preempts the newest running job. False when that was `job` itself.
 bool Scheduler::make_room(Job& job) {
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if ((*it)->completed) continue;
-    Job* victim = *it;
-    preempt(*victim);
-    return victim != &job;
-  }
-  assert(false && "no running job to preempt, yet the pool is full");
-  return false;
+  assert(!running_.empty() && "no running job to preempt, yet the pool is full");
+  if (running_.empty()) return false;
+  Job* victim = running_.back();
+  assert(!victim->completed);  // update() dropped the jobs that ended
+  preempt(*victim);
+  return victim != &job;
 }
 
 // The prompt is evaluated (and the output stage drew each new sample's
