@@ -796,33 +796,5 @@ TEST(OpenAiBatchLine, PeekCustomId) {
   EXPECT_FALSE(peek_custom_id(std::string(kMaxLineBytes + 1, ' ')).has_value());
 }
 
-// The server's own fields: the session (batch lines have none) and
-// stream_options, allowed only with a stream.
-TEST(OpenAiServerRequest, SessionAndStreamOptions) {
-  const auto parse = [](const json& body) {
-    return parse_server_request(body, Endpoint::Completions);
-  };
-  EXPECT_EQ(parse({{"prompt", "x"}, {"session_id", "s-1"}}).request.session, "s-1");
-  EXPECT_EQ(parse({{"prompt", "x"}}).request.session, "");
-  EXPECT_EQ(completion({{"prompt", "x"}, {"session_id", "s-1"}}).session, "");  // batch: ignored
-  EXPECT_TRUE(
-      parse({{"stream", true}, {"stream_options", {{"include_usage", true}}}}).include_usage);
-  EXPECT_FALSE(parse({{"stream", true}, {"stream_options", json::object()}}).include_usage);
-  EXPECT_FALSE(parse({{"stream", true}}).include_usage);
-  const auto refused = [&](const json& body, const std::string& field) {
-    try {
-      parse(body);
-      ADD_FAILURE() << body.dump() << " was accepted";
-    } catch (const RequestError& e) {
-      EXPECT_EQ(e.field(), field) << e.what();
-    }
-  };
-  refused({{"stream_options", {{"include_usage", true}}}}, "stream_options");
-  refused({{"stream", true}, {"stream_options", 1}}, "stream_options");
-  refused({{"stream", true}, {"stream_options", {{"include_usage", "yes"}}}},
-          "stream_options.include_usage");
-  refused({{"session_id", ""}}, "session_id");
-}
-
 }  // namespace
 }  // namespace encore::api
