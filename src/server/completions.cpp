@@ -166,14 +166,17 @@ void Server::Impl::complete(Exchange& ex) {
   server::HeaderList headers;
   if (stream) headers.emplace_back("Cache-Control", "no-cache");
   Ending end = kGone;
-  if (ex.start(200, stream ? "text/event-stream" : server::kJson, headers)) {
+  const bool started = ex.start(200, stream ? "text/event-stream" : server::kJson, headers);
+  if (started) {
     end = a.body();
-    if (end.status != kGone.status) ex.finish();
   } else {
     handle->cancel();
   }
+  // Counted before the answer's last bytes go out: a client that reads
+  // /metrics right after it sees this request counted.
   metrics.outcome(end.outcome);
   metrics.request(endpoint, end.status);
+  if (started && end.status != kGone.status) ex.finish();
 }
 
 namespace {
