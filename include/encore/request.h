@@ -166,9 +166,17 @@ struct Response {
   Status status = Status::Ok;
   std::string error;  // Failed: what went wrong (e.g. NaN logits from a broken model)
 
-  uint64_t seed = 0;                  // the seed used (drawn when the request had none)
-  std::vector<TokenId> prompt_ids;    // as evaluated (template and BOS applied)
-  std::string chat_template;          // the family used, "" for a plain prompt
+  uint64_t seed = 0;                // the seed used (drawn when the request had none)
+  std::vector<TokenId> prompt_ids;  // as evaluated (template and BOS applied)
+  std::string prompt_text;          // the text tokenized: the rendered chat, the prompt text
+                                    // (or the text appended to a session); "" for ids
+  std::string chat_template;        // the family used, "" for a plain prompt
+  // The request as the engine ran it: prompt_ids as evaluated (prompt,
+  // messages and chat_template cleared), the seed set, a continued session's
+  // saved request and sample states (resume) merged in. Submitting it (with
+  // session and persist cleared) reproduces samples: what the audit log
+  // records and `encore replay` and the consistency checks run.
+  Request effective;
   std::vector<std::string> notes;     // remarks for the user (e.g. "a second BOS was not added")
   std::vector<SampleResult> samples;  // [n]
   std::vector<SampleState> states;    // [n] after this call: resume from here

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,5 +41,16 @@ std::string run_state_json(const RunState& state);
 RunState load_run_state(const std::string& path);
 // The same for the file's text; `where` starts every error message.
 RunState parse_run_state(std::string_view text, const std::string& where);
+
+// The parts of a run state that other records share (the audit log,
+// include/encore/audit.h), in the same JSON shapes:
+// - a request's generation settings (sampling, n, logprobs, stop,
+//   ignore_eos; a run state's "request" object without the conversation);
+nlohmann::ordered_json generation_json(const Request& request);
+// - read back from untrusted JSON into `request` (errors start with `where`
+//   and name the field);
+void parse_generation(const nlohmann::ordered_json& j, const std::string& where, Request& request);
+// - the sample states (a run state's "samples" array).
+nlohmann::ordered_json sample_states_json(const std::vector<SampleState>& states);
 
 }  // namespace encore

@@ -25,6 +25,11 @@
 // its KV is freed at the next step. drain_and_stop() stops taking requests,
 // waits for the ones in flight up to a grace period, then cancels the rest.
 //
+// Audit (docs/audit.md): with ServerOptions::audit, every completion request
+// whose body was read gets one line in a hash-chained log; with
+// shadow_rate, that fraction of completed requests is run again and
+// compared (/metrics encore_consistency_*; a "check" line in the log).
+//
 // Ownership: borrows the Engine (set_engine), which must outlive it; owns
 // its listening socket, its I/O threads and one thread per request being
 // answered.
@@ -33,10 +38,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
+#include "encore/audit.h"
 #include "encore/engine.h"
 #include "encore/settings.h"
 
@@ -76,6 +84,14 @@ struct ServerOptions {
   std::chrono::milliseconds read_deadline{static_cast<int64_t>(settings::kReadDeadline.def * 1000)};
   // A kept-alive connection waiting for its next request.
   std::chrono::seconds idle_timeout{settings::kIdleTimeout.int_default()};
+  // One line per completion request whose body was read (answered,
+  // cancelled, failed or refused), docs/audit.md; no path: none.
+  audit::AuditOptions audit;
+  // Fraction of completed requests run again and compared (shadow.h in
+  // src/server; /metrics encore_consistency_*).
+  double shadow_rate = settings::kShadowRate.def;
+  // Remarks (an audit log write error, a consistency mismatch); thread-safe.
+  std::function<void(std::string_view)> log;
 };
 
 class Server {

@@ -446,6 +446,40 @@ inline constexpr Setting kShutdownGrace{
     .fronts = kServe,
 };
 
+// ---- the audit log and consistency checks (audit.h, server.h) ----------------
+
+inline constexpr Setting kAuditMaxMib{
+    .name = "audit_max_mib",
+    .flags = "--audit-max-mib",
+    .type = Type::Integer,
+    .def = 256,
+    .min = 0,
+    .max = 1048576,
+    .help = "Rotate the audit log to FILE.N before a line would take it past this size (0: never)",
+    .fronts = kBatch | kServe,
+};
+inline constexpr Setting kAuditRedact{
+    .name = "audit_redact",
+    .flags = "--audit-redact",
+    .type = Type::Bool,
+    .def = 0,
+    .min = 0,
+    .max = 1,
+    .help = "Hashes instead of the prompt's and the outputs' ids and text in the audit log",
+    .fronts = kBatch | kServe,
+};
+inline constexpr Setting kShadowRate{
+    .name = "shadow_rate",
+    .flags = "--shadow-rate",
+    .def = 0,
+    .min = 0,
+    .max = 1,
+    .help =
+        "Fraction of completed requests run again at the lowest priority and compared "
+        "(consistency checks in /metrics and the audit log)",
+    .fronts = kServe,
+};
+
 // Every setting above, in this order (the docs' order).
 std::span<const Setting* const> all();
 
@@ -483,7 +517,8 @@ struct Request;         // request.h
 struct ServerOptions;   // server.h
 namespace cli {
 struct EngineFlags;  // src/cli/engine_flags.h: the engine flags of the CLI commands
-}
+struct AuditFlags;   // src/cli/engine_flags.h: --audit-log and its options
+}  // namespace cli
 
 template <class P, class V>
 requires std::same_as<std::remove_const_t<P>, SamplingParams>
@@ -539,6 +574,14 @@ void visit_settings(O& o, V&& v) {
   v(settings::kIoThreads, o.io_threads);
   v(settings::kMaxBodyBytes, o.max_body_bytes);
   v(settings::kRequestTimeout, o.request_timeout);
+  v(settings::kShadowRate, o.shadow_rate);
+}
+
+template <class F, class V>
+requires std::same_as<std::remove_const_t<F>, cli::AuditFlags>
+void visit_settings(F& f, V&& v) {
+  v(settings::kAuditMaxMib, f.max_mib);
+  v(settings::kAuditRedact, f.redact);
 }
 
 }  // namespace encore

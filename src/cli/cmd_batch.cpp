@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/result_json.h"
+#include "encore/audit.h"
 #include "encore/engine.h"
 #include "encore/error.h"
 #include "encore/openai.h"
@@ -33,6 +34,7 @@ struct BatchArgs {
   std::string input = "-";
   std::string output = "-";
   EngineFlags engine;
+  AuditFlags audit;
   int32_t max_in_flight = 1024;
   std::string chat_template;  // for chat lines of a model without (or with another) template
   bool progress_on = false;   // --progress: draw the bar even when stderr is no terminal
@@ -214,6 +216,21 @@ Json result_of(const Engine& engine, Pending& p, Totals& t) {
   return j;
 }
 
+// A request's audit line: `refused` is its error result when it never ran.
+audit::Json audit_line(const Engine& engine, Pending& p, const Json* refused, bool redact) {
+  const std::string id = p.custom_id ? *p.custom_id : fmt::format("line-{}", p.line);
+  if (refused != nullptr) {
+    const std::string why = (*refused)["error"]["message"].get<std::string>();
+    return audit::request_record(id, "batch", "", {"rejected", why, 0}, nullptr, engine.info(),
+                                 redact);
+  }
+  const Response& r = p.handle.wait();
+  audit::Ending ending{"completed", "", 0};
+  if (r.status == Response::Status::Failed) ending = {"failed", r.error, 0};
+  if (r.status == Response::Status::Cancelled) ending = {"cancelled", "cancelled", 0};
+  return audit::request_record(id, "batch", "", ending, &r, engine.info(), redact);
+}
+
 void print_summary(const Totals& t, const EngineStats& s, double secs) {
   fmt::print(stderr, "batch: {} requests ({} ok, {} errors) in {:.2f} s\n", t.done, t.ok, t.errors,
              secs);
@@ -239,6 +256,12 @@ void run_batch(const BatchArgs& a) {
   std::istream& in = a.input == "-" ? std::cin : file_in;
   ResultsOut results(a.output);
   std::ostream& out = results.stream();
+  std::unique_ptr<audit::AuditLog> audit_log;
+  if (!a.audit.path.empty()) {
+    audit_log = audit::AuditLog::open(audit_options(a.audit), [](std::string_view line) {
+      fmt::print(stderr, "batch: {}\n", line);
+    });
+  }
 
   const std::unique_ptr<Engine> engine = Engine::open(engine_options(a.model, a.engine, false));
   const EngineInfo& info = engine->info();
@@ -277,11 +300,13 @@ void run_batch(const BatchArgs& a) {
     if (p.error) {
       j = std::move(*p.error);
       ++t.errors;
+      if (audit_log) audit_log->append(audit_line(*engine, p, &j, a.audit.redact));
     } else {
       while (!p.handle.done()) {
         if (p.handle.next_for(std::chrono::milliseconds(100)) == std::nullopt) draw(false);
       }
       j = result_of(*engine, p, t);
+      if (audit_log) audit_log->append(audit_line(*engine, p, nullptr, a.audit.redact));
     }
     out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     ++t.done;
@@ -303,6 +328,7 @@ void run_batch(const BatchArgs& a) {
   }
   while (!window.empty()) write_front();
   results.commit();
+  if (audit_log) audit_log->flush();
   draw(true);
   if (progress) fmt::print(stderr, "\n");
   engine->drain();
@@ -325,6 +351,7 @@ void add_batch_command(CLI::App& app) {
                   "Results, one JSON object per line in input order (- : stdout); written to "
                   "FILE.tmp and renamed when complete");
   add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag, settings::kBatch);
+  add_audit_flags(sub, args->audit, settings::kBatch);
   sub->add_option("--max-in-flight", args->max_in_flight,
                   "Requests submitted ahead of the oldest unfinished one")
       ->check(CLI::Range(1, 1 << 20));

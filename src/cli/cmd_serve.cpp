@@ -28,6 +28,7 @@ struct ServeArgs {
   std::string model;
   ServerOptions server;
   EngineFlags engine;
+  AuditFlags audit;
   int shutdown_grace_s = settings::kShutdownGrace.int_default();
 };
 
@@ -83,6 +84,8 @@ void run_serve(const ServeArgs& a) {
   }).detach();
 
   ServerOptions so = a.server;
+  so.audit = audit_options(a.audit);
+  so.log = [](std::string_view line) { fmt::print(stderr, "serve: {}\n", line); };
   raise_file_limit(so);
   const std::unique_ptr<Server> server = Server::create(so);
   fmt::print(stderr, "serve: listening on http://{}:{} (loading {})\n", so.host, server->port(),
@@ -133,6 +136,7 @@ void add_serve_command(CLI::App& app) {
   add_setting_flags(sub, args->server, settings::kServe);
   add_setting_flag(sub, settings::kShutdownGrace, args->shutdown_grace_s);
   add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kStateFlags, settings::kServe);
+  add_audit_flags(sub, args->audit, settings::kServe);
   sub->callback([args] { run_serve(*args); });
 }
 

@@ -36,11 +36,6 @@ struct DetokenizeArgs {
   bool special = false;
 };
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  const gguf::File file = gguf::File::open(path, gguf::LoadMode::Mmap);
-  return Tokenizer::create(vocab_from_gguf(file));
-}
-
 std::string read_all(std::istream& in) {
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -228,6 +223,11 @@ void add_tokenize_commands(CLI::App& app) {
                     "Token ids: integers, or one JSON array (\"[1, 2]\"); none: read stdin");
   detok->add_flag("--special", dargs->special, "Render control tokens (<s>, <|eot_id|>...)");
   detok->callback([dargs] { run_detokenize(*dargs); });
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  const gguf::File file = gguf::File::open(path, gguf::LoadMode::Mmap);
+  return Tokenizer::create(vocab_from_gguf(file));
 }
 
 }  // namespace encore::cli

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
 #include "encore/dtype.h"
+#include "encore/tokenizer.h"
 
 namespace encore::cli {
 
@@ -27,6 +29,13 @@ void add_cache_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 // `encore settings` (hidden): the settings table as docs/settings.md shows it.
 void add_settings_command(CLI::App& app);
+
+// `encore audit verify` and `encore replay`: the audit log (docs/audit.md).
+void add_audit_command(CLI::App& app);
+void add_replay_command(CLI::App& app);
+
+// The tokenizer of a model file (read through a mapping).
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
 // --kv-type: "f16" or "f32" (throws InvalidArgument otherwise).
 DType parse_kv_type(const std::string& s);

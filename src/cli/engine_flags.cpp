@@ -65,4 +65,26 @@ EngineOptions engine_options(const std::string& model, const EngineFlags& f, boo
   return o;
 }
 
+void add_audit_flags(CLI::App* sub, AuditFlags& f, settings::Front front) {
+  sub->add_option("--audit-log", f.path,
+                  "Append one hash-chained JSON line per finished request to FILE "
+                  "(docs/audit.md; `encore audit verify`, `encore replay`)")
+      ->type_name("FILE");
+  sub->add_option("--audit-fsync", f.fsync,
+                  "When audit lines are made durable: always (each batch of lines), interval "
+                  "(each second) or never (the OS decides)")
+      ->check(CLI::IsMember({"always", "interval", "never"}))
+      ->capture_default_str();
+  add_setting_flags(sub, f, front);
+}
+
+audit::AuditOptions audit_options(const AuditFlags& f) {
+  audit::AuditOptions o;
+  o.path = f.path;
+  o.fsync = audit::fsync_from_name(f.fsync);
+  o.max_bytes = static_cast<uint64_t>(f.max_mib) << 20;
+  o.redact = f.redact;
+  return o;
+}
+
 }  // namespace encore::cli

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "encore/audit.h"
 #include "encore/engine.h"
 #include "encore/settings.h"
 
@@ -41,5 +42,15 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::
 // The options for `model`. with_session: a session needs a state tier, so
 // without --state-dir or --redis the usual directory is used.
 EngineOptions engine_options(const std::string& model, const EngineFlags& f, bool with_session);
+
+// --audit-log FILE and its options (`encore serve`, `encore batch`).
+struct AuditFlags {
+  std::string path;
+  std::string fsync = "interval";
+  int32_t max_mib = settings::kAuditMaxMib.int_default();
+  bool redact = false;
+};
+void add_audit_flags(CLI::App* sub, AuditFlags& f, settings::Front front);
+audit::AuditOptions audit_options(const AuditFlags& f);
 
 }  // namespace encore::cli

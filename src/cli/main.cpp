@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
   encore::cli::add_cache_command(app);
   encore::cli::add_serve_command(app);
   encore::cli::add_settings_command(app);
+  encore::cli::add_audit_command(app);
+  encore::cli::add_replay_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -238,6 +238,7 @@ std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
     // with special tokens parsed only in the template's own text: message
     // content is plain text, whatever it spells (chat_template.h).
     const RenderedChat rendered = render_chat_prompt(family, r.messages, true, tokenizer->vocab());
+    resp->prompt_text = rendered.text;
     prompt =
         encode_prompt(*tokenizer, rendered.text, true, &rendered.template_ranges, &resp->notes);
   } else if (!r.prompt_ids.empty()) {
@@ -295,6 +296,7 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   r.validate(info.n_vocab);
   auto job = std::make_unique<Job>();
   Response& resp = job->response;
+  resp.prompt_text = r.prompt;  // a chat's is the rendered text (prompt_of)
   SessionStart start;
   if (!r.session.empty()) {
     start = continue_session(r);
@@ -330,6 +332,12 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   resp.seed = *r.seed;
   resp.prompt_ids = prompt;
   resp.usage.prompt_tokens = p;
+  resp.effective = std::move(r);
+  resp.effective.prompt.clear();
+  resp.effective.messages.clear();
+  resp.effective.chat_template.clear();
+  resp.effective.parse_special = false;
+  resp.effective.prompt_ids = prompt;
   job->submitted = Clock::now();
   return job;
 }

@@ -50,6 +50,16 @@ Stopped stopped_as(const Response& r, bool shutdown) {
   return {kFailed, r.error.empty() ? "the request failed" : r.error, ""};
 }
 
+// How the audit log names an ending (audit.h, Ending).
+audit::Ending audit_ending(const Ending& e, const Response& r) {
+  if (e.status == kOk.status) return {"completed", "", e.status};
+  if (e.status == kShutdown.status) return {"stopped", "the server shut down", e.status};
+  if (e.status == kTimeout.status) return {"cancelled", "the request timed out", e.status};
+  if (e.status == kGone.status) return {"cancelled", "the client went away", e.status};
+  if (r.status == Response::Status::Failed) return {"failed", r.error, e.status};
+  return {"cancelled", "the request was cancelled", e.status};
+}
+
 // The counters of an answer given in full.
 void count_answer(server::Metrics& metrics, const Response& r) {
   metrics.tokens(r.usage.prompt_tokens, r.usage.generated_tokens, r.usage.cached_tokens);
@@ -67,6 +77,7 @@ struct Answer {
   int n = 1;
   Clock::time_point deadline = {};
   Clock::time_point last_write = Clock::now();
+  Ending ended = kGone;  // how early() ended it
 
   bool write(const std::string& text) {
     last_write = Clock::now();
@@ -88,13 +99,40 @@ struct Answer {
 
 }  // namespace
 
+void Server::Impl::record(const std::string& id, const std::string& endpoint,
+                          const std::string& tenant, const audit::Ending& ending,
+                          const Response* r) {
+  Engine* e = engine.load();
+  if (e == nullptr) return;
+  const auto line = [&](bool check_queued) {
+    if (!audit_log) return;
+    audit::Json j =
+        audit::request_record(id, endpoint, tenant, ending, r, e->info(), opt.audit.redact);
+    if (check_queued) j["check"] = "queued";
+    audit_log->append(std::move(j));
+  };
+  // The request's line goes first; its check's line comes when the check ends.
+  if (shadow && r != nullptr && ending.status == "completed") {
+    shadow->offer(id, tenant, *r, line);
+  } else {
+    line(false);
+  }
+}
+
 void Server::Impl::complete(Exchange& ex) {
   const auto* admitted = static_cast<const Admitted*>(ex.state.get());
   const bool chat = admitted->chat;
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+  const std::string id = new_id(chat);
   auto answer = [&](Reply r) {
     metrics.request(endpoint, r.status);
     ex.reply(std::move(r));
+  };
+  // Refused before it ran: answered, and its audit line says why.
+  auto refuse = [&](int status, const std::string& message, const std::string& param,
+                    const std::string& code) {
+    record(id, endpoint, admitted->tenant, {"rejected", message, status}, nullptr);
+    answer(server::error_reply(status, message, "invalid_request_error", param, code));
   };
   Engine* e = engine.load();
 
@@ -105,7 +143,7 @@ void Server::Impl::complete(Exchange& ex) {
     parsed = api::parse_server_request(
         body, chat ? api::Endpoint::ChatCompletions : api::Endpoint::Completions);
   } catch (const api::RequestError& err) {
-    return answer(server::error_reply(400, err.what(), "invalid_request_error", err.field()));
+    return refuse(400, err.what(), err.field(), {});
   }
   Request& request = parsed.request;
   const bool stream = request.stream;
@@ -117,14 +155,11 @@ void Server::Impl::complete(Exchange& ex) {
   try {
     *handle = e->submit(request);
   } catch (const InvalidArgument& err) {
-    return answer(
-        server::error_reply(400, err.what(), "invalid_request_error", api::param_of(err)));
+    return refuse(400, err.what(), api::param_of(err), {});
   } catch (const ResourceExhausted& err) {
-    return answer(server::error_reply(400, err.what(), "invalid_request_error", api::param_of(err),
-                                      "context_length_exceeded"));
+    return refuse(400, err.what(), api::param_of(err), "context_length_exceeded");
   } catch (const NotFound& err) {  // a continuation with nothing saved to continue
-    return answer(server::error_reply(404, err.what(), "invalid_request_error", api::param_of(err),
-                                      "session_not_found"));
+    return refuse(404, err.what(), api::param_of(err), "session_not_found");
   }
   // Registered for the cancel at shutdown; a request that comes in after it
   // is cancelled at once.
@@ -144,7 +179,7 @@ void Server::Impl::complete(Exchange& ex) {
 
   Answer a{*this, ex, *handle};
   a.ctx.chat = chat;
-  a.ctx.id = new_id(chat);
+  a.ctx.id = id;
   a.ctx.created = std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
@@ -160,7 +195,11 @@ void Server::Impl::complete(Exchange& ex) {
 
   // A whole answer: wait a moment before committing to a status line.
   if (!stream) {
-    if (std::optional<Reply> early = a.early()) return answer(std::move(*early));
+    if (std::optional<Reply> early = a.early()) {
+      record(id, endpoint, admitted->tenant, audit_ending(a.ended, handle->wait()),
+             &handle->wait());
+      return answer(std::move(*early));
+    }
   }
 
   server::HeaderList headers;
@@ -172,6 +211,8 @@ void Server::Impl::complete(Exchange& ex) {
   } else {
     handle->cancel();
   }
+  const Response& r = handle->wait();  // within a step of a cancel
+  record(id, endpoint, admitted->tenant, audit_ending(end, r), &r);
   // Counted before the answer's last bytes go out: a client that reads
   // /metrics right after it sees this request counted.
   metrics.outcome(end.outcome);
@@ -189,15 +230,18 @@ std::optional<Reply> Answer::early() {
   if (!handle.done() && Clock::now() < deadline) return std::nullopt;
   if (!handle.done()) {
     handle.cancel();
+    ended = kTimeout;
     m.metrics.outcome(kTimeout.outcome);
     return server::error_reply(504, "the request timed out", "server_error", {}, "timeout");
   }
   const Response& r = handle.wait();
   if (r.status != Response::Status::Ok) {
     const Stopped st = stopped_as(r, m.shutting_down);
+    ended = st.ending;
     m.metrics.outcome(st.ending.outcome);
     return server::error_reply(st.ending.status, st.message, "server_error", {}, st.code);
   }
+  ended = kOk;
   m.metrics.outcome(kOk.outcome);
   count_answer(m.metrics, r);
   Reply whole;

@@ -168,4 +168,41 @@ std::string Metrics::render(const EngineStats& e,
   return out;
 }
 
+std::string render_audit_metrics(const ConsistencyCounters* checks,
+                                 const audit::WriterCounters* audit) {
+  std::string out;
+  auto by_reason = [&](const char* name, const char* help,
+                       const std::map<std::string, int64_t>& series) {
+    header(out, name, "counter", help);
+    for (const auto& [reason, n] : series) {
+      out += fmt::format("{}{{reason=\"{}\"}} {}\n", name, reason, n);
+    }
+  };
+  if (checks != nullptr) {
+    header(out, "encore_consistency_checks_total", "counter",
+           "Completed requests run again (--shadow-rate) and compared with what was served.");
+    out += fmt::format("encore_consistency_checks_total {}\n", checks->checks);
+    by_reason("encore_consistency_mismatches_total",
+              "Checks whose outputs differed from what was served, by reason (0 is the promise).",
+              checks->mismatch);
+    by_reason("encore_consistency_skipped_total",
+              "Checks not made, by reason (queue_full, not_completed, shutdown).", checks->skipped);
+    header(out, "encore_consistency_pending", "gauge", "Checks queued or running now.");
+    out += fmt::format("encore_consistency_pending {}\n", checks->pending);
+  }
+  if (audit != nullptr) {
+    header(out, "encore_audit_lines_total", "counter", "Lines written to the audit log.");
+    out += fmt::format("encore_audit_lines_total {}\n", audit->lines);
+    header(out, "encore_audit_queue_bytes", "gauge",
+           "Audit records queued for the writer or being written.");
+    out += fmt::format("encore_audit_queue_bytes {}\n", audit->bytes_pending);
+    header(out, "encore_audit_write_errors_total", "counter",
+           "Failed audit log writes (retried every second; nothing is dropped).");
+    out += fmt::format("encore_audit_write_errors_total {}\n", audit->write_errors);
+    header(out, "encore_audit_rotations_total", "counter", "Audit log files rotated by size.");
+    out += fmt::format("encore_audit_rotations_total {}\n", audit->rotations);
+  }
+  return out;
+}
+
 }  // namespace encore::server

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "encore/audit.h"
 #include "encore/engine.h"
+#include "server/shadow.h"
 
 namespace encore::server {
 
@@ -56,5 +58,10 @@ class Metrics {
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0, cached_tokens_ = 0;
   Histogram ttft_, itl_;
 };
+
+// The consistency checks' and the audit log's metrics (shadow.h, audit.h);
+// either may be null (not configured: their series are left out).
+std::string render_audit_metrics(const ConsistencyCounters* checks,
+                                 const audit::WriterCounters* audit);
 
 }  // namespace encore::server

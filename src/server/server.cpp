@@ -294,6 +294,10 @@ Reply Server::Impl::metrics_page() {
   r.content_type = "text/plain; version=0.0.4";
   r.body = metrics.render(s, e ? e->state_counters() : decltype(e->state_counters()){}, flying,
                           http ? http->open_connections() : 0);
+  const server::ConsistencyCounters checks =
+      shadow ? shadow->counters() : server::ConsistencyCounters{};
+  const audit::WriterCounters lines = audit_log ? audit_log->counters() : audit::WriterCounters{};
+  r.body += server::render_audit_metrics(shadow ? &checks : nullptr, audit_log ? &lines : nullptr);
   return r;
 }
 
@@ -329,6 +333,7 @@ std::unique_ptr<Server> Server::create(const ServerOptions& o) {
     m.auth = true;
   }
   if (getrandom(&m.id_salt, sizeof m.id_salt, 0) != sizeof m.id_salt) m.id_salt = 0;
+  if (!o.audit.path.empty()) m.audit_log = audit::AuditLog::open(o.audit, o.log);
   server::HttpServerOptions h;
   h.host = o.host;
   h.port = o.port;
@@ -361,7 +366,14 @@ int Server::port() const { return impl_->http->port(); }
 std::map<std::string, uint64_t> Server::tenant_state_shares() const {
   return server::tenant_state_bytes(impl_->keys);
 }
-void Server::set_engine(Engine* engine) { impl_->engine = engine; }
+void Server::set_engine(Engine* engine) {
+  Impl& m = *impl_;
+  if (engine != nullptr && m.opt.shadow_rate > 0 && !m.shadow) {
+    m.shadow = std::make_unique<server::ShadowChecker>(
+        *engine, m.opt.shadow_rate, m.audit_log.get(), m.opt.audit.redact, m.opt.log);
+  }
+  m.engine = engine;
+}
 void Server::run() { impl_->http->run(); }
 
 void Server::drain_and_stop(std::chrono::seconds grace) {
@@ -377,6 +389,10 @@ void Server::drain_and_stop(std::chrono::seconds grace) {
   }
   lock.unlock();
   m.stop_http();
+  // Checks still queued are cancelled (the engine is about to go); what
+  // the log holds is written.
+  if (m.shadow) m.shadow->stop();
+  if (m.audit_log) m.audit_log->flush();
 }
 
 }  // namespace encore

@@ -20,6 +20,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_response.h"
+#include "server/shadow.h"
 
 namespace encore {
 
@@ -54,6 +55,8 @@ struct Server::Impl {
   uint64_t id_salt = 0;
   std::atomic<uint64_t> next_id{0};
   RequestThreads workers;
+  std::unique_ptr<audit::AuditLog> audit_log;     // opened by create()
+  std::unique_ptr<server::ShadowChecker> shadow;  // made by set_engine() when shadow_rate > 0
 
   std::mutex mu;
   std::condition_variable idle;
@@ -92,6 +95,10 @@ struct Server::Impl {
 
   // completions.cpp: parse, submit, wait and write; on a request thread.
   void complete(server::Exchange& ex);
+  // The audit line of a finished request (and its consistency check, when
+  // one is due); `r` is null for a request refused before it ran.
+  void record(const std::string& id, const std::string& endpoint, const std::string& tenant,
+              const audit::Ending& ending, const Response* r);
 
   void stop_http();  // closes every connection, joins the request threads
 

@@ -47,6 +47,9 @@ constexpr const Setting* kAll[] = {
     &kReadDeadline,
     &kIdleTimeout,
     &kShutdownGrace,
+    &kAuditMaxMib,
+    &kAuditRedact,
+    &kShadowRate,
 };
 
 std::string fronts_text(unsigned fronts) {

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "encore/error.h"
+#include "util/json_read.h"
 
 namespace encore {
 namespace {
@@ -61,83 +62,30 @@ Json sampling_json(const SamplingParams& p) {
   return j;
 }
 
-// One JSON value as T, range-checked (nlohmann's get<> would wrap an
-// out-of-range integer or turn 1e300 into an int by undefined behaviour).
-template <typename T>
-T convert(const Json& v, const std::string& what) {
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!v.is_boolean()) throw InvalidArgument(fmt::format("{} must be true or false", what));
-    return v.get<bool>();
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) throw InvalidArgument(fmt::format("{} must be an integer", what));
-    const bool ok = v.is_number_unsigned()
-                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                        : v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                              (v.get<int64_t>() < 0 ||
-                               static_cast<uint64_t>(v.get<int64_t>()) <=
-                                   static_cast<uint64_t>(std::numeric_limits<T>::max()));
-    if (!ok) {
-      throw InvalidArgument(fmt::format("{} = {} is out of range [{}, {}]", what, v.dump(),
-                                        std::numeric_limits<T>::min(),
-                                        std::numeric_limits<T>::max()));
-    }
-    return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>())
-                                  : static_cast<T>(v.get<int64_t>());
-  } else if constexpr (std::is_same_v<T, float>) {
-    if (!v.is_number()) throw InvalidArgument(fmt::format("{} must be a number", what));
-    const double d = v.get<double>();
-    if (!(std::fabs(d) <= std::numeric_limits<float>::max())) {
-      throw InvalidArgument(fmt::format("{} = {} is not a finite float", what, v.dump()));
-    }
-    return static_cast<float>(d);
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    if (!v.is_string()) throw InvalidArgument(fmt::format("{} must be a string", what));
-    return v.get<std::string>();
-  } else if constexpr (std::is_same_v<T, Json>) {
-    return v;
-  } else {  // std::vector<U>
-    if (!v.is_array()) throw InvalidArgument(fmt::format("{} must be an array", what));
-    T out;
-    out.reserve(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-      out.push_back(convert<typename T::value_type>(v[i], fmt::format("{}[{}]", what, i)));
-    }
-    return out;
-  }
-}
-
-// Reads field `key` of `j` as T; errors name the file and the field.
-template <typename T>
-T get(const Json& j, const std::string& key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key)) {
-    throw InvalidArgument(fmt::format("{}: missing field '{}'", where, key));
-  }
-  return convert<T>(j.at(key), fmt::format("{}: field '{}'", where, key));
-}
-
 SamplingParams sampling_from(const Json& j, const std::string& where) {
   SamplingParams p;
-  p.temp = get<float>(j, "temp", where);
-  p.top_k = get<int32_t>(j, "top_k", where);
-  p.top_p = get<float>(j, "top_p", where);
-  p.min_p = get<float>(j, "min_p", where);
-  p.typical_p = get<float>(j, "typical_p", where);
-  p.repeat_penalty = get<float>(j, "repeat_penalty", where);
-  p.repeat_last_n = get<int32_t>(j, "repeat_last_n", where);
-  p.presence_penalty = get<float>(j, "presence_penalty", where);
-  p.frequency_penalty = get<float>(j, "frequency_penalty", where);
-  const Json bias = get<Json>(j, "logit_bias", where);
+  p.temp = util::json_get<float>(j, "temp", where);
+  p.top_k = util::json_get<int32_t>(j, "top_k", where);
+  p.top_p = util::json_get<float>(j, "top_p", where);
+  p.min_p = util::json_get<float>(j, "min_p", where);
+  p.typical_p = util::json_get<float>(j, "typical_p", where);
+  p.repeat_penalty = util::json_get<float>(j, "repeat_penalty", where);
+  p.repeat_last_n = util::json_get<int32_t>(j, "repeat_last_n", where);
+  p.presence_penalty = util::json_get<float>(j, "presence_penalty", where);
+  p.frequency_penalty = util::json_get<float>(j, "frequency_penalty", where);
+  const Json bias = util::json_get<Json>(j, "logit_bias", where);
   if (!bias.is_array()) throw InvalidArgument(where + ": logit_bias must be an array");
   for (const Json& e : bias) {
     if (!e.is_array() || e.size() != 2) {
       throw InvalidArgument(where + ": logit_bias entries must be [id, bias]");
     }
-    const auto id = convert<int32_t>(e[0], where + ": logit_bias id");
+    const auto id = util::json_convert<int32_t>(e[0], where + ": logit_bias id");
     float b = -std::numeric_limits<float>::infinity();
-    if (!(e[1].is_string() && e[1] == "-inf")) b = convert<float>(e[1], where + ": logit_bias");
+    if (!(e[1].is_string() && e[1] == "-inf"))
+      b = util::json_convert<float>(e[1], where + ": logit_bias");
     p.logit_bias.emplace_back(id, b);
   }
-  p.order = parse_sampler_order(get<std::string>(j, "samplers", where));
+  p.order = parse_sampler_order(util::json_get<std::string>(j, "samplers", where));
   return p;
 }
 
@@ -179,31 +127,19 @@ void save_run_state(const std::string& path, const RunState& s) {
   }
 }
 
-std::string run_state_json(const RunState& s) {
-  const Request& r = s.request;
-  Json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["system_fingerprint"] = s.system_fingerprint;
-  j["prompt_ids"] = r.prompt_ids;
-  j["n_ctx"] = s.n_ctx;
-  j["seed"] = r.seed.value_or(0);
+Json generation_json(const Request& r) {
   Json req;
   req["sampling"] = sampling_json(r.sampling);
   req["n"] = r.n;
   req["logprobs"] = r.logprobs;
   req["stop"] = r.stop;
   req["ignore_eos"] = r.ignore_eos;
-  if (!r.messages.empty()) {  // a chat session's conversation so far
-    Json msgs = Json::array();
-    for (const ChatMessage& m : r.messages)
-      msgs.push_back({{"role", m.role}, {"content", m.content}});
-    req["messages"] = msgs;
-    req["chat_template"] = r.chat_template;
-  }
-  j["request"] = req;
+  return req;
+}
+
+Json sample_states_json(const std::vector<SampleState>& states) {
   Json samples = Json::array();
-  for (const SampleState& st : r.resume) {
+  for (const SampleState& st : states) {
     Json o;
     o["ids"] = st.ids;
     o["t"] = st.sampler.t;
@@ -215,7 +151,28 @@ std::string run_state_json(const RunState& s) {
     o["finished"] = st.finished ? Json(finish_reason_name(*st.finished)) : Json(nullptr);
     samples.push_back(o);
   }
-  j["samples"] = samples;
+  return samples;
+}
+
+std::string run_state_json(const RunState& s) {
+  const Request& r = s.request;
+  Json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["system_fingerprint"] = s.system_fingerprint;
+  j["prompt_ids"] = r.prompt_ids;
+  j["n_ctx"] = s.n_ctx;
+  j["seed"] = r.seed.value_or(0);
+  Json req = generation_json(r);
+  if (!r.messages.empty()) {  // a chat session's conversation so far
+    Json msgs = Json::array();
+    for (const ChatMessage& m : r.messages)
+      msgs.push_back({{"role", m.role}, {"content", m.content}});
+    req["messages"] = msgs;
+    req["chat_template"] = r.chat_template;
+  }
+  j["request"] = req;
+  j["samples"] = sample_states_json(r.resume);
   return j.dump(1) + "\n";
 }
 
@@ -234,29 +191,34 @@ RunState load_run_state(const std::string& path) {
   return parse_run_state(ss.str(), where);
 }
 
+void parse_generation(const Json& req, const std::string& where, Request& r) {
+  r.sampling = sampling_from(util::json_get<Json>(req, "sampling", where + ": request"),
+                             where + ": request.sampling");
+  r.n = util::json_get<int32_t>(req, "n", where + ": request");
+  r.logprobs = util::json_get<int32_t>(req, "logprobs", where + ": request");
+  r.stop = util::json_get<std::vector<std::string>>(req, "stop", where + ": request");
+  // Written by later builds only; absent means false.
+  if (req.contains("ignore_eos"))
+    r.ignore_eos = util::json_get<bool>(req, "ignore_eos", where + ": request");
+}
+
 namespace {
 
 // The "request" object: what a continuation reuses of the request.
 void parse_saved_request(const Json& req, const std::string& where, Request& r) {
-  r.sampling =
-      sampling_from(get<Json>(req, "sampling", where + ": request"), where + ": request.sampling");
-  r.n = get<int32_t>(req, "n", where + ": request");
-  r.logprobs = get<int32_t>(req, "logprobs", where + ": request");
-  r.stop = get<std::vector<std::string>>(req, "stop", where + ": request");
-  // Written by later builds only; absent means false.
-  if (req.contains("ignore_eos")) r.ignore_eos = get<bool>(req, "ignore_eos", where + ": request");
+  parse_generation(req, where, r);
   if (req.contains("messages")) {
-    const Json msgs = get<Json>(req, "messages", where + ": request");
+    const Json msgs = util::json_get<Json>(req, "messages", where + ": request");
     if (!msgs.is_array() || msgs.size() > kMaxMessages) {
       throw InvalidArgument(
           fmt::format("{}: request.messages must be an array of at most {}", where, kMaxMessages));
     }
     for (size_t i = 0; i < msgs.size(); ++i) {
       const std::string w = fmt::format("{}: request.messages[{}]", where, i);
-      r.messages.push_back(
-          {get<std::string>(msgs[i], "role", w), get<std::string>(msgs[i], "content", w)});
+      r.messages.push_back({util::json_get<std::string>(msgs[i], "role", w),
+                            util::json_get<std::string>(msgs[i], "content", w)});
     }
-    r.chat_template = get<std::string>(req, "chat_template", where + ": request");
+    r.chat_template = util::json_get<std::string>(req, "chat_template", where + ": request");
   }
 }
 
@@ -264,7 +226,7 @@ void parse_saved_request(const Json& req, const std::string& where, Request& r) 
 SampleState parse_sample_state(const Json& o, const std::string& w, size_t n_prompt,
                                int32_t n_ctx) {
   SampleState st;
-  st.ids = get<std::vector<TokenId>>(o, "ids", w);
+  st.ids = util::json_get<std::vector<TokenId>>(o, "ids", w);
   // A sample stops when its last token would not fit (finish "context"),
   // so it holds at most n_ctx - prompt + 1 ids.
   if (n_prompt + st.ids.size() > static_cast<size_t>(n_ctx) + 1) {
@@ -272,20 +234,20 @@ SampleState parse_sample_state(const Json& o, const std::string& w, size_t n_pro
         fmt::format("{}: {} ids after a {}-token prompt exceed the context size n_ctx = {}", w,
                     st.ids.size(), n_prompt, n_ctx));
   }
-  st.sampler.t = get<uint64_t>(o, "t", w);
-  st.sampler.recent = get<std::vector<TokenId>>(o, "recent", w);
+  st.sampler.t = util::json_get<uint64_t>(o, "t", w);
+  st.sampler.recent = util::json_get<std::vector<TokenId>>(o, "recent", w);
   try {
-    st.held_text = from_hex(get<std::string>(o, "held_text_hex", w));
-    st.decoder_pending = from_hex(get<std::string>(o, "decoder_pending_hex", w));
+    st.held_text = from_hex(util::json_get<std::string>(o, "held_text_hex", w));
+    st.decoder_pending = from_hex(util::json_get<std::string>(o, "decoder_pending_hex", w));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
   }
-  st.held_shown = get<size_t>(o, "held_shown", w);
-  st.decoder_strip_pending = get<bool>(o, "decoder_strip_pending", w);
+  st.held_shown = util::json_get<size_t>(o, "held_shown", w);
+  st.decoder_strip_pending = util::json_get<bool>(o, "decoder_strip_pending", w);
   if (!o.contains("finished")) throw InvalidArgument(w + ": missing field 'finished'");
   if (!o["finished"].is_null()) {
     try {
-      st.finished = finish_reason_from_name(get<std::string>(o, "finished", w));
+      st.finished = finish_reason_from_name(util::json_get<std::string>(o, "finished", w));
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(fmt::format("{}: {}", w, e.what()));
     }
@@ -311,15 +273,15 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     throw InvalidArgument(
         fmt::format("{}: not an encore run state (no \"format\": \"{}\")", where, kFormat));
   }
-  if (get<int>(j, "version", where) != kVersion) {
+  if (util::json_get<int>(j, "version", where) != kVersion) {
     throw InvalidArgument(fmt::format("{}: version {} is not supported (this build reads {})",
                                       where, j["version"].dump(), kVersion));
   }
   RunState s;
   Request& r = s.request;
-  s.system_fingerprint = get<std::string>(j, "system_fingerprint", where);
-  r.prompt_ids = get<std::vector<TokenId>>(j, "prompt_ids", where);
-  s.n_ctx = get<int32_t>(j, "n_ctx", where);
+  s.system_fingerprint = util::json_get<std::string>(j, "system_fingerprint", where);
+  r.prompt_ids = util::json_get<std::vector<TokenId>>(j, "prompt_ids", where);
+  s.n_ctx = util::json_get<int32_t>(j, "n_ctx", where);
   if (s.n_ctx < 1 || s.n_ctx > kMaxContext) {
     throw InvalidArgument(
         fmt::format("{}: n_ctx {} must be in [1, {}]", where, s.n_ctx, kMaxContext));
@@ -328,9 +290,9 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     throw InvalidArgument(fmt::format("{}: the prompt has {} ids; it must have 1 to n_ctx = {}",
                                       where, r.prompt_ids.size(), s.n_ctx));
   }
-  r.seed = get<uint64_t>(j, "seed", where);
-  parse_saved_request(get<Json>(j, "request", where), where, r);
-  const Json samples = get<Json>(j, "samples", where);
+  r.seed = util::json_get<uint64_t>(j, "seed", where);
+  parse_saved_request(util::json_get<Json>(j, "request", where), where, r);
+  const Json samples = util::json_get<Json>(j, "samples", where);
   if (r.n < 1 || r.n > kMaxSamples) {
     throw InvalidArgument(fmt::format("{}: n = {} must be in [1, {}]", where, r.n, kMaxSamples));
   }

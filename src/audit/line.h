@@ -1,0 +1,52 @@
+// One audit line's text: how the writer seals it and how a reader checks
+// it (the format is in include/encore/audit.h). Internal to src/audit.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "encore/audit.h"
+
+namespace encore::audit {
+
+// The line (with "\n") for a record already serialized as a JSON object
+// (`record`: "{...}", not empty), with its seq and the previous hash; sets
+// *hash to the new line's hash.
+std::string seal(int64_t seq, std::string_view record, const std::string& prev, std::string* hash);
+
+struct ParsedLine {
+  int64_t seq = 0;
+  std::string type, prev, hash;
+  Json json;
+};
+// A line's text without its "\n". nullopt, with *why set, when it is not
+// valid JSON, lacks seq/type/prev/hash, or does not match its own hash.
+std::optional<ParsedLine> parse_line(std::string_view text, std::string* why);
+
+// UTC now with milliseconds: "2026-12-06T17:20:01.123Z".
+std::string utc_now();
+
+// Reads a file a line at a time, each at most kMaxLineBytes (a longer one is
+// reported, not held).
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path);
+  struct Got {
+    std::string text;       // without "\n"
+    bool complete = false;  // ended with "\n" (false: the file's torn last line)
+    bool too_long = false;  // text is empty then
+    uint64_t bytes = 0;     // as in the file, "\n" excluded
+  };
+  // False at the end of the file.
+  bool next(Got& line);
+
+ private:
+  std::ifstream in_;
+  char buf_[1 << 16];
+  size_t pos_ = 0, end_ = 0;
+};
+
+}  // namespace encore::audit

@@ -1,0 +1,405 @@
+// audit::replay (include/encore/audit.h): every verified request line
+// becomes the request the engine ran (Response::effective as logged) and
+// runs again; its outputs are compared with the logged ones. The log is
+// read once: lines are replayed as the chain check delivers them, `window`
+// in flight, results reported in log order.
+#include <fmt/format.h>
+
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "audit/line.h"
+#include "encore/error.h"
+#include "encore/run_state.h"
+#include "encore/version.h"
+#include "util/json_read.h"
+
+namespace encore::audit {
+namespace {
+
+using util::json_get;
+
+struct LoggedChoice {
+  std::optional<std::vector<TokenId>> ids;  // absent in a redacted log
+  std::string output_hash;
+  std::optional<std::string> finish;  // null: cut short before it ended
+  int64_t tokens = 0;
+};
+
+// A request line, read back (untrusted: every field checked).
+struct Item {
+  int64_t seq = 0;
+  std::string where;  // FILE:LINE
+  std::string id, tenant, status, error;
+  std::string model_fp, engine_version, build_id, kv_type;
+  int32_t n_ctx = 0;
+  bool ran = false;  // the line has a request (not rejected)
+  Request req;       // prompt_ids (empty when redacted), seed, generation, max_tokens
+  std::string prompt_hash;
+  std::string session;
+  std::optional<std::string> state_hash;   // a session continued without a prompt
+  std::optional<std::string> resume_hash;  // resumed states outside a session
+  std::vector<LoggedChoice> choices;
+};
+
+Item parse_item(const Line& line) {
+  Item it;
+  it.seq = line.seq;
+  it.where = fmt::format("{}:{}", line.file, line.line_no);
+  const Json& j = line.json;
+  const std::string& w = it.where;
+  it.id = json_get<std::string>(j, "id", w);
+  it.tenant = json_get<std::string>(j, "tenant", w);
+  it.status = json_get<std::string>(j, "status", w);
+  if (j.contains("error")) it.error = json_get<std::string>(j, "error", w);
+  const Json f = json_get<Json>(j, "fingerprint", w);
+  it.model_fp = json_get<std::string>(f, "model", w + ": fingerprint");
+  it.engine_version = json_get<std::string>(f, "engine_version", w + ": fingerprint");
+  it.build_id = json_get<std::string>(f, "build_id", w + ": fingerprint");
+  it.kv_type = json_get<std::string>(f, "kv_type", w + ": fingerprint");
+  it.n_ctx = json_get<int32_t>(f, "n_ctx", w + ": fingerprint");
+  if (!j.contains("request")) return it;
+  it.ran = true;
+  const Json req = json_get<Json>(j, "request", w);
+  const Json prompt = json_get<Json>(req, "prompt", w + ": request");
+  it.prompt_hash = json_get<std::string>(prompt, "hash", w + ": request.prompt");
+  if (prompt.contains("ids")) {
+    it.req.prompt_ids = json_get<std::vector<TokenId>>(prompt, "ids", w + ": request.prompt");
+  }
+  it.req.seed = json_get<uint64_t>(req, "seed", w + ": request");
+  it.req.max_tokens = json_get<int32_t>(req, "max_tokens", w + ": request");
+  parse_generation(json_get<Json>(req, "generation", w + ": request"), w, it.req);
+  if (req.contains("session")) {
+    const Json s = json_get<Json>(req, "session", w + ": request");
+    it.session = json_get<std::string>(s, "id", w + ": request.session");
+    if (s.contains("state_hash") && !s["state_hash"].is_null()) {
+      it.state_hash = json_get<std::string>(s, "state_hash", w + ": request.session");
+    }
+  }
+  if (req.contains("resume_hash")) {
+    it.resume_hash = json_get<std::string>(req, "resume_hash", w + ": request");
+  }
+  const Json choices = json_get<Json>(j, "choices", w);
+  if (!choices.is_array() || choices.size() > static_cast<size_t>(kMaxSamples)) {
+    throw InvalidArgument(
+        fmt::format("{}: choices must be an array of at most {}", w, kMaxSamples));
+  }
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const std::string cw = fmt::format("{}: choices[{}]", w, i);
+    const Json& c = choices[i];
+    LoggedChoice lc;
+    if (c.contains("ids")) lc.ids = json_get<std::vector<TokenId>>(c, "ids", cw);
+    lc.output_hash = json_get<std::string>(c, "output_hash", cw);
+    if (c.contains("finish_reason") && !c["finish_reason"].is_null()) {
+      lc.finish = json_get<std::string>(c, "finish_reason", cw);
+    }
+    lc.tokens = json_get<int64_t>(c, "tokens", cw);
+    it.choices.push_back(std::move(lc));
+  }
+  return it;
+}
+
+// What --inputs gives for redacted lines, by request id.
+struct Inputs {
+  std::map<std::string, std::vector<TokenId>> prompts;
+  std::map<std::string, std::vector<std::vector<TokenId>>> outputs;
+};
+
+Inputs read_inputs(const std::string& path) {
+  Inputs in;
+  if (path.empty()) return in;
+  LineReader reader(path);
+  LineReader::Got got;
+  int64_t n = 0;
+  while (reader.next(got)) {
+    ++n;
+    const std::string w = fmt::format("--inputs {}:{}", path, n);
+    if (got.too_long) throw InvalidArgument(w + ": the line is too long");
+    if (got.text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Json j;
+    try {
+      j = Json::parse(got.text);
+    } catch (const nlohmann::json::exception&) {
+      throw InvalidArgument(w + ": not valid JSON");
+    }
+    if (!j.is_object() || !j.contains("request")) continue;  // another line type
+    const std::string id = json_get<std::string>(j, "id", w);
+    const Json prompt = json_get<Json>(json_get<Json>(j, "request", w), "prompt", w + ": request");
+    in.prompts[id] = json_get<std::vector<TokenId>>(prompt, "ids", w + ": request.prompt");
+    if (j.contains("choices") && j["choices"].is_array()) {
+      std::vector<std::vector<TokenId>> outs;
+      for (const Json& c : j["choices"]) {
+        if (!c.is_object() || !c.contains("ids")) break;
+        outs.push_back(json_get<std::vector<TokenId>>(c, "ids", w + ": choices"));
+      }
+      if (outs.size() == j["choices"].size()) in.outputs[id] = std::move(outs);
+    }
+  }
+  return in;
+}
+
+std::string quoted(const std::function<std::string(TokenId)>& text, TokenId id) {
+  if (!text || id < 0) return "";
+  std::string t = Json(text(id)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return " " + t;
+}
+
+// Why the replayed sample `got` is not the logged one (`ids` when known), or "".
+std::string compare_choice(size_t i, const LoggedChoice& lc, const SampleResult& got,
+                           const std::function<std::string(TokenId)>& text) {
+  const bool partial = !lc.finish.has_value();
+  if (lc.ids) {
+    const std::vector<TokenId>& want = *lc.ids;
+    const size_t n = std::min(want.size(), got.ids.size());
+    for (size_t p = 0; p < n; ++p) {
+      if (want[p] != got.ids[p]) {
+        return fmt::format("choice {}, token {}: logged {}{}, replayed {}{}", i, p, want[p],
+                           quoted(text, want[p]), got.ids[p], quoted(text, got.ids[p]));
+      }
+    }
+    if (got.ids.size() < want.size()) {
+      return fmt::format("choice {}: the replay ended after {} tokens ({}), the log has {}", i,
+                         got.ids.size(), finish_reason_name(got.finish), want.size());
+    }
+    if (!partial && got.ids.size() > want.size()) {
+      return fmt::format("choice {}, token {}: the log ended ({}), the replay goes on with {}{}", i,
+                         want.size(), *lc.finish, got.ids[want.size()],
+                         quoted(text, got.ids[want.size()]));
+    }
+  } else {
+    std::vector<TokenId> ids = got.ids;
+    if (partial && ids.size() > static_cast<size_t>(lc.tokens)) ids.resize(lc.tokens);
+    if (output_hash(ids) != lc.output_hash) {
+      return fmt::format(
+          "choice {}: output hash {} logged, {} replayed (the log is redacted: "
+          "no token position; give the outputs with --inputs)",
+          i, lc.output_hash, output_hash(ids));
+    }
+  }
+  if (!partial && *lc.finish != finish_reason_name(got.finish)) {
+    return fmt::format("choice {}: finish reason {} logged, {} replayed", i, *lc.finish,
+                       finish_reason_name(got.finish));
+  }
+  return "";
+}
+
+struct Flight {
+  Item item;
+  std::optional<size_t> result;  // index into results
+  RequestHandle handle;
+};
+
+class Replayer {
+ public:
+  Replayer(Engine& engine, const ReplayOptions& opt, const std::function<std::string(TokenId)>& t,
+           ReplaySummary& sum)
+      : engine_(engine), opt_(opt), text_(t), sum_(sum), inputs_(read_inputs(opt.inputs)) {
+    in_range_ = opt.from_id.empty();
+  }
+
+  void line(const Line& l) {
+    if (!l.json.contains("type") || l.json["type"] != "request") return;
+    Item it;
+    try {
+      it = parse_item(l);
+    } catch (const InvalidArgument& e) {
+      add({"", "", "skipped", fmt::format("not a readable request line: {}", e.what()), l.seq});
+      return;
+    }
+    if (!in_range_ && it.id == opt_.from_id) in_range_ = true;
+    if (!in_range_ || past_end_) return;
+    if (!opt_.to_id.empty() && it.id == opt_.to_id) past_end_ = true;
+    if (opt_.tenant && it.tenant != *opt_.tenant) return;
+    ++seen_;
+    const std::string why = skip_reason(it);
+    if (!why.empty()) {
+      add({it.id, it.tenant, "skipped", why, it.seq});
+      return;
+    }
+    if (it.state_hash) drain();  // it continues a turn that may be in flight
+    Request q = it.req;
+    if (it.state_hash) {
+      const auto s = sessions_.find({it.tenant, it.session});
+      if (s == sessions_.end() || states_hash(s->second) != *it.state_hash) {
+        add({it.id, it.tenant, "skipped",
+             fmt::format("it continues session {} from a state this replay did not re-derive "
+                         "({})",
+                         it.session,
+                         s == sessions_.end() ? "its earlier turns are not among the replayed "
+                                                "lines"
+                                              : "an earlier turn differs or is missing"),
+             it.seq});
+        return;
+      }
+      q.resume = s->second;
+    }
+    if (it.status != "completed") {
+      // Cut short: replay as far as the longest logged output, compare prefixes.
+      int64_t longest = 0;
+      for (const LoggedChoice& c : it.choices) longest = std::max(longest, c.tokens);
+      if (q.max_tokens < 0 || longest < q.max_tokens) q.max_tokens = static_cast<int32_t>(longest);
+    }
+    q.tenant = it.tenant;  // the prefix cache's salt: never changes the output
+    q.logprobs = -1;
+    q.stream = false;
+    Flight f;
+    f.item = std::move(it);
+    try {
+      f.handle = engine_.submit(std::move(q));
+    } catch (const Error& e) {
+      add({f.item.id, f.item.tenant, "skipped", fmt::format("this engine refused it: {}", e.what()),
+           f.item.seq});
+      return;
+    }
+    f.result = add({f.item.id, f.item.tenant, "", "", f.item.seq});
+    flights_.push_back(std::move(f));
+    while (flights_.size() > static_cast<size_t>(std::max(1, opt_.window))) finish_front();
+  }
+
+  void drain() {
+    while (!flights_.empty()) finish_front();
+  }
+
+ private:
+  size_t add(ReplayResult r) {
+    sum_.results.push_back(std::move(r));
+    progress();
+    return sum_.results.size() - 1;
+  }
+  void progress() {
+    if (opt_.progress)
+      opt_.progress(static_cast<int64_t>(sum_.results.size() - flights_.size()), 0);
+  }
+
+  std::string skip_reason(Item& it) {
+    const EngineInfo& info = engine_.info();
+    if (!it.ran) return fmt::format("rejected when served: never ran ({})", it.error);
+    if (it.status == "failed") return fmt::format("failed when served: {}", it.error);
+    if (it.model_fp != info.model_fingerprint) {
+      return fmt::format("model fingerprint differs: logged {}, this model {}", it.model_fp,
+                         info.model_fingerprint);
+    }
+    if (it.engine_version != engine_version_string()) {
+      return fmt::format("numerics version differs: logged engine {}, this one {}",
+                         it.engine_version, engine_version_string());
+    }
+    if (it.kv_type != dtype_name(info.kv_type)) {
+      return fmt::format("KV type differs: logged {}, this engine {} (replay those lines with "
+                         "--kv-type)",
+                         it.kv_type, dtype_name(info.kv_type));
+    }
+    if (it.n_ctx != info.n_ctx) {
+      return fmt::format("context size differs: logged {}, this engine {} (replay with -c {})",
+                         it.n_ctx, info.n_ctx, it.n_ctx);
+    }
+    if (it.build_id != build_id_string() && sum_.engine_note.empty()) {
+      sum_.engine_note = fmt::format(
+          "the log was written by build {} and this is build {}: outputs are "
+          "compared anyway (same engine version and model)",
+          it.build_id, build_id_string());
+    }
+    if (it.resume_hash) return "it resumed sample states the log does not hold";
+    if (it.req.prompt_ids.empty()) {
+      const auto p = inputs_.prompts.find(it.id);
+      if (p == inputs_.prompts.end()) {
+        return "redacted: the prompt is not in the log (give it with --inputs, docs/audit.md)";
+      }
+      if (ids_sha256(p->second) != it.prompt_hash) {
+        return "the prompt given by --inputs does not match the logged hash";
+      }
+      it.req.prompt_ids = p->second;
+      const auto o = inputs_.outputs.find(it.id);
+      if (o != inputs_.outputs.end() && o->second.size() == it.choices.size()) {
+        for (size_t i = 0; i < it.choices.size(); ++i) {
+          if (output_hash(o->second[i]) == it.choices[i].output_hash)
+            it.choices[i].ids = o->second[i];
+        }
+      }
+    } else if (ids_sha256(it.req.prompt_ids) != it.prompt_hash) {
+      return "the logged prompt ids do not match the logged prompt hash";
+    }
+    bool any = it.status == "completed";
+    for (const LoggedChoice& c : it.choices) any = any || c.tokens > 0;
+    if (!any) return fmt::format("{} before any token was generated", it.status);
+    return "";
+  }
+
+  void finish_front() {
+    Flight f = std::move(flights_.front());
+    flights_.pop_front();
+    ReplayResult& r = sum_.results[*f.result];
+    const Response& got = f.handle.wait();
+    if (got.status != Response::Status::Ok) {
+      r.verdict = "differs";
+      r.detail = fmt::format("the replay did not complete: {}",
+                             got.error.empty() ? "cancelled" : got.error);
+    } else if (got.samples.size() != f.item.choices.size()) {
+      r.verdict = "differs";
+      r.detail =
+          fmt::format("{} choices logged, {} replayed", f.item.choices.size(), got.samples.size());
+    } else {
+      int64_t tokens = 0;
+      for (size_t i = 0; i < got.samples.size() && r.detail.empty(); ++i) {
+        r.detail = compare_choice(i, f.item.choices[i], got.samples[i], text_);
+        tokens += f.item.choices[i].tokens;
+      }
+      r.verdict = r.detail.empty() ? "identical" : "differs";
+      if (r.detail.empty()) {
+        r.detail = fmt::format(
+            "{} choice(s), {} tokens{}", got.samples.size(), tokens,
+            f.item.status == "completed" ? "" : ", as far as logged (" + f.item.status + ")");
+      }
+    }
+    if (!f.item.session.empty() && got.status == Response::Status::Ok) {
+      sessions_[{f.item.tenant, f.item.session}] = got.states;
+    }
+    progress();
+  }
+
+  Engine& engine_;
+  const ReplayOptions& opt_;
+  const std::function<std::string(TokenId)>& text_;
+  ReplaySummary& sum_;
+  Inputs inputs_;
+  std::deque<Flight> flights_;
+  std::map<std::pair<std::string, std::string>, std::vector<SampleState>> sessions_;
+  bool in_range_ = false, past_end_ = false;
+  int64_t seen_ = 0;
+};
+
+}  // namespace
+
+ReplaySummary replay(Engine& engine, const ReplayOptions& options,
+                     const std::function<std::string(TokenId)>& token_text) {
+  ReplaySummary sum;
+  Replayer r(engine, options, token_text, sum);
+  sum.chain = verify(options.files, [&](const Line& l) { r.line(l); });
+  r.drain();
+  for (const ReplayResult& x : sum.results) {
+    if (x.verdict == "identical") ++sum.identical;
+    if (x.verdict == "differs") ++sum.differs;
+    if (x.verdict == "skipped") ++sum.skipped;
+  }
+  return sum;
+}
+
+std::optional<LoggedNumerics> first_numerics(const std::vector<std::string>& files) {
+  struct Found {
+    LoggedNumerics n;
+  };
+  try {
+    verify(files, [](const Line& l) {
+      if (!l.json.contains("type") || l.json["type"] != "request") return;
+      const std::string w = fmt::format("{}:{}", l.file, l.line_no);
+      const Json f = json_get<Json>(l.json, "fingerprint", w);
+      throw Found{{json_get<int32_t>(f, "n_ctx", w + ": fingerprint"),
+                   json_get<std::string>(f, "kv_type", w + ": fingerprint")}};
+    });
+  } catch (const Found& f) {
+    return f.n;
+  }
+  return std::nullopt;
+}
+
+}  // namespace encore::audit
