@@ -38,7 +38,7 @@ if [ "$fuzz_seconds" != "0" ]; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state \
-    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds fuzz_http_reader
+    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds fuzz_http_reader fuzz_audit
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
   echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
   tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
@@ -82,6 +82,20 @@ SEEDS
     >"$http_corpus/dup"
   build-fuzz/bin/fuzz_http_reader -max_total_time=$((fuzz_seconds / 4)) -max_len=4096 \
     -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$http_corpus/" "$http_corpus"
+  echo "== libFuzzer: audit logs (encore audit verify, encore replay) for $((fuzz_seconds / 4))s"
+  audit_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-audit.XXXXXX")
+  # Seeds: a real log (a completion with n = 2, stop, logprobs; a refused
+  # line), raw (first byte 0) and to be sealed (first byte 1).
+  printf '%s\n' '{"custom_id":"a","url":"/v1/completions","body":{"prompt":"Tom","max_tokens":6,"n":2,"stop":["x"],"logprobs":1,"seed":4}}' \
+    '{"custom_id":"b","url":"/v1/completions","body":{"prompt":"Tom","max_tokens":"x"}}' \
+    >"$audit_corpus/requests.jsonl"
+  build/bin/encore batch -m "$shared/models/stories260K.gguf" -i "$audit_corpus/requests.jsonl" \
+    -o "$audit_corpus/out" --audit-log "$audit_corpus/log" >/dev/null 2>&1
+  { printf '\x00'; cat "$audit_corpus/log"; } >"$audit_corpus/raw"
+  { printf '\x01'; cat "$audit_corpus/log"; } >"$audit_corpus/sealed"
+  rm "$audit_corpus/log" "$audit_corpus/requests.jsonl" "$audit_corpus/out"
+  build-fuzz/bin/fuzz_audit -max_total_time=$((fuzz_seconds / 4)) -max_len=16384 -timeout=10 \
+    -rss_limit_mb=2048 -artifact_prefix="$audit_corpus/" "$audit_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "audit/item.h"
 #include "audit/line.h"
 #include "encore/error.h"
 #include "encore/run_state.h"
@@ -19,86 +20,6 @@ namespace encore::audit {
 namespace {
 
 using util::json_get;
-
-struct LoggedChoice {
-  std::optional<std::vector<TokenId>> ids;  // absent in a redacted log
-  std::string output_hash;
-  std::optional<std::string> finish;  // null: cut short before it ended
-  int64_t tokens = 0;
-};
-
-// A request line, read back (untrusted: every field checked).
-struct Item {
-  int64_t seq = 0;
-  std::string where;  // FILE:LINE
-  std::string id, tenant, status, error;
-  std::string model_fp, engine_version, build_id, kv_type;
-  int32_t n_ctx = 0;
-  bool ran = false;  // the line has a request (not rejected)
-  Request req;       // prompt_ids (empty when redacted), seed, generation, max_tokens
-  std::string prompt_hash;
-  std::string session;
-  std::optional<std::string> state_hash;   // a session continued without a prompt
-  std::optional<std::string> resume_hash;  // resumed states outside a session
-  std::vector<LoggedChoice> choices;
-};
-
-Item parse_item(const Line& line) {
-  Item it;
-  it.seq = line.seq;
-  it.where = fmt::format("{}:{}", line.file, line.line_no);
-  const Json& j = line.json;
-  const std::string& w = it.where;
-  it.id = json_get<std::string>(j, "id", w);
-  it.tenant = json_get<std::string>(j, "tenant", w);
-  it.status = json_get<std::string>(j, "status", w);
-  if (j.contains("error")) it.error = json_get<std::string>(j, "error", w);
-  const Json f = json_get<Json>(j, "fingerprint", w);
-  it.model_fp = json_get<std::string>(f, "model", w + ": fingerprint");
-  it.engine_version = json_get<std::string>(f, "engine_version", w + ": fingerprint");
-  it.build_id = json_get<std::string>(f, "build_id", w + ": fingerprint");
-  it.kv_type = json_get<std::string>(f, "kv_type", w + ": fingerprint");
-  it.n_ctx = json_get<int32_t>(f, "n_ctx", w + ": fingerprint");
-  if (!j.contains("request")) return it;
-  it.ran = true;
-  const Json req = json_get<Json>(j, "request", w);
-  const Json prompt = json_get<Json>(req, "prompt", w + ": request");
-  it.prompt_hash = json_get<std::string>(prompt, "hash", w + ": request.prompt");
-  if (prompt.contains("ids")) {
-    it.req.prompt_ids = json_get<std::vector<TokenId>>(prompt, "ids", w + ": request.prompt");
-  }
-  it.req.seed = json_get<uint64_t>(req, "seed", w + ": request");
-  it.req.max_tokens = json_get<int32_t>(req, "max_tokens", w + ": request");
-  parse_generation(json_get<Json>(req, "generation", w + ": request"), w, it.req);
-  if (req.contains("session")) {
-    const Json s = json_get<Json>(req, "session", w + ": request");
-    it.session = json_get<std::string>(s, "id", w + ": request.session");
-    if (s.contains("state_hash") && !s["state_hash"].is_null()) {
-      it.state_hash = json_get<std::string>(s, "state_hash", w + ": request.session");
-    }
-  }
-  if (req.contains("resume_hash")) {
-    it.resume_hash = json_get<std::string>(req, "resume_hash", w + ": request");
-  }
-  const Json choices = json_get<Json>(j, "choices", w);
-  if (!choices.is_array() || choices.size() > static_cast<size_t>(kMaxSamples)) {
-    throw InvalidArgument(
-        fmt::format("{}: choices must be an array of at most {}", w, kMaxSamples));
-  }
-  for (size_t i = 0; i < choices.size(); ++i) {
-    const std::string cw = fmt::format("{}: choices[{}]", w, i);
-    const Json& c = choices[i];
-    LoggedChoice lc;
-    if (c.contains("ids")) lc.ids = json_get<std::vector<TokenId>>(c, "ids", cw);
-    lc.output_hash = json_get<std::string>(c, "output_hash", cw);
-    if (c.contains("finish_reason") && !c["finish_reason"].is_null()) {
-      lc.finish = json_get<std::string>(c, "finish_reason", cw);
-    }
-    lc.tokens = json_get<int64_t>(c, "tokens", cw);
-    it.choices.push_back(std::move(lc));
-  }
-  return it;
-}
 
 // What --inputs gives for redacted lines, by request id.
 struct Inputs {
@@ -202,7 +123,7 @@ class Replayer {
     if (!l.json.contains("type") || l.json["type"] != "request") return;
     Item it;
     try {
-      it = parse_item(l);
+      it = parse_request_line(l);
     } catch (const InvalidArgument& e) {
       add({"", "", "skipped", fmt::format("not a readable request line: {}", e.what()), l.seq});
       return;
@@ -285,9 +206,10 @@ class Replayer {
                          it.engine_version, engine_version_string());
     }
     if (it.kv_type != dtype_name(info.kv_type)) {
-      return fmt::format("KV type differs: logged {}, this engine {} (replay those lines with "
-                         "--kv-type)",
-                         it.kv_type, dtype_name(info.kv_type));
+      return fmt::format(
+          "KV type differs: logged {}, this engine {} (replay those lines with "
+          "--kv-type)",
+          it.kv_type, dtype_name(info.kv_type));
     }
     if (it.n_ctx != info.n_ctx) {
       return fmt::format("context size differs: logged {}, this engine {} (replay with -c {})",
