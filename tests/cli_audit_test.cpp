@@ -343,6 +343,26 @@ TEST_F(AuditServe, DamageIsNamedByVerifyAndReplay) {
   }
 }
 
+// --from/--to select a range of request ids, --tenant one tenant's lines.
+TEST_F(AuditServe, RangeAndTenantSelectTheLines) {
+  std::vector<std::string> ids, alice;
+  for (const std::string& l : lines_of(*log_)) {
+    const Json j = Json::parse(l);
+    if (j["type"] != "request") continue;
+    ids.push_back(j["id"]);
+    if (j["tenant"] == "alice") alice.push_back(j["id"]);
+  }
+  ASSERT_GT(ids.size(), 20u);
+  const Replayed range = replay({*log_, "-m", kModel, "--from", ids[5], "--to", ids[9]});
+  EXPECT_EQ(range.exit_code, 0) << range.err;
+  ASSERT_EQ(range.results.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(range.results[i]["id"], ids[5 + i]);
+  const Replayed one = replay({*log_, "-m", kModel, "--tenant", "alice"});
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(one.results.size(), alice.size());
+  for (const Json& x : one.results) EXPECT_EQ(x["tenant"], "alice");
+}
+
 TEST_F(AuditServe, AnotherModelSkipsEveryRequest) {
   TempDir d;
   ASSERT_EQ(
