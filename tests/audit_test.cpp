@@ -16,20 +16,9 @@ namespace encore::audit {
 namespace {
 
 using test::read_file;
+using test::read_lines;
 using test::TempDir;
-
-std::vector<std::string> lines_of(const std::string& path) {
-  std::vector<std::string> out;
-  std::ifstream in(path, std::ios::binary);
-  std::string l;
-  while (std::getline(in, l)) out.push_back(l);
-  return out;
-}
-
-void write_lines(const std::string& path, const std::vector<std::string>& lines) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  for (const std::string& l : lines) out << l << '\n';
-}
+using test::write_lines;
 
 // Writes `n` records "k": 0..n-1 through a fresh AuditLog.
 void write_records(const AuditOptions& o, int first, int n) {
@@ -56,7 +45,7 @@ TEST(AuditLog, ChainsLinesAndContinuesAfterARestart) {
   o.path = tmp.file("a.log");
   write_records(o, 0, 3);
   write_records(o, 3, 2);  // a restart: a second start line, seq goes on
-  const std::vector<std::string> lines = lines_of(o.path);
+  const std::vector<std::string> lines = read_lines(o.path);
   ASSERT_EQ(lines.size(), 7u);  // start, 3, start, 2
   std::string prev = kGenesis;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -111,7 +100,7 @@ TEST(AuditLog, NamesEditedDeletedReorderedAndTornLines) {
   AuditOptions o;
   o.path = tmp.file("a.log");
   write_records(o, 0, 6);
-  const std::vector<std::string> good = lines_of(o.path);
+  const std::vector<std::string> good = read_lines(o.path);
   ASSERT_EQ(good.size(), 7u);
   const std::string f = tmp.file("t.log");
   auto check = [&](const std::vector<std::string>& lines, const std::string& want_line,
@@ -176,7 +165,7 @@ TEST(AuditLog, ATornLineIsRecoveredAtTheNextStart) {
   text.resize(text.size() - 30);  // the last record torn by a "crash"
   std::ofstream(o.path, std::ios::binary | std::ios::trunc) << text;
   write_records(o, 3, 2);
-  const std::vector<std::string> lines = lines_of(o.path);
+  const std::vector<std::string> lines = read_lines(o.path);
   ASSERT_EQ(lines.size(), 8u);  // start, 2 good, torn, recover, start, 2
   EXPECT_EQ(nlohmann::json::parse(lines[4])["type"], "recover");
   const VerifyReport rep = verify({o.path});
@@ -197,7 +186,7 @@ TEST(AuditLog, RefusesToContinueAnEditedLog) {
   AuditOptions o;
   o.path = tmp.file("a.log");
   write_records(o, 0, 2);
-  std::vector<std::string> l = lines_of(o.path);
+  std::vector<std::string> l = read_lines(o.path);
   l.back()[l.back().find("\"k\":") + 4] ^= 1;
   write_lines(o.path, l);
   try {

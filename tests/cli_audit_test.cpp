@@ -24,19 +24,6 @@ using Json = nlohmann::ordered_json;
 
 const std::string kModel = ENCORE_SHARED_DIR "/models/stories260K.gguf";
 
-std::vector<std::string> lines_of(const std::string& path) {
-  std::vector<std::string> out;
-  std::ifstream in(path, std::ios::binary);
-  std::string l;
-  while (std::getline(in, l)) out.push_back(l);
-  return out;
-}
-
-void write_lines(const std::string& path, const std::vector<std::string>& lines) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  for (const std::string& l : lines) out << l << '\n';
-}
-
 // The replay's per-request results (--json) and its summary.
 struct Replayed {
   int exit_code = -1;
@@ -214,7 +201,7 @@ std::string* AuditServe::mismatches_ = new std::string;
 // tokens lines are identical; refused ones are skipped.
 std::map<std::string, std::string> expected_verdicts(const std::string& log) {
   std::map<std::string, std::string> want;
-  for (const std::string& l : lines_of(log)) {
+  for (const std::string& l : read_lines(log)) {
     const Json j = Json::parse(l);
     if (j["type"] != "request") continue;
     if (j["status"] == "rejected") {
@@ -232,7 +219,7 @@ TEST_F(AuditServe, EveryFinishedRequestReplaysIdentical) {
   const std::map<std::string, std::string> want = expected_verdicts(*log_);
   ASSERT_GE(want.size(), 50u);
   int statuses[3] = {0, 0, 0};  // completed, cancelled, rejected
-  for (const std::string& l : lines_of(*log_)) {
+  for (const std::string& l : read_lines(*log_)) {
     const Json j = Json::parse(l);
     if (j["type"] != "request") continue;
     statuses[0] += j["status"] == "completed";
@@ -256,7 +243,7 @@ TEST_F(AuditServe, EveryFinishedRequestReplaysIdentical) {
   EXPECT_EQ(*checks_, std::to_string(statuses[0]));
   EXPECT_EQ(*mismatches_, "0");
   int check_lines = 0;
-  for (const std::string& l : lines_of(*log_)) {
+  for (const std::string& l : read_lines(*log_)) {
     const Json j = Json::parse(l);
     if (j["type"] != "check") continue;
     ++check_lines;
@@ -268,7 +255,7 @@ TEST_F(AuditServe, EveryFinishedRequestReplaysIdentical) {
 // The chain rebuilt around a changed output id: the chain holds, and the
 // replay finds the token that differs.
 TEST_F(AuditServe, AChangedOutputIsReportedAtItsToken) {
-  std::vector<std::string> lines = lines_of(*log_);
+  std::vector<std::string> lines = read_lines(*log_);
   std::string prev = audit::kGenesis;
   std::string changed;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -305,7 +292,7 @@ TEST_F(AuditServe, AChangedOutputIsReportedAtItsToken) {
 }
 
 TEST_F(AuditServe, DamageIsNamedByVerifyAndReplay) {
-  const std::vector<std::string> good = lines_of(*log_);
+  const std::vector<std::string> good = read_lines(*log_);
   ASSERT_GT(good.size(), 20u);
   struct Case {
     const char* what;
@@ -346,7 +333,7 @@ TEST_F(AuditServe, DamageIsNamedByVerifyAndReplay) {
 // --from/--to select a range of request ids, --tenant one tenant's lines.
 TEST_F(AuditServe, RangeAndTenantSelectTheLines) {
   std::vector<std::string> ids, alice;
-  for (const std::string& l : lines_of(*log_)) {
+  for (const std::string& l : read_lines(*log_)) {
     const Json j = Json::parse(l);
     if (j["type"] != "request") continue;
     ids.push_back(j["id"]);

@@ -39,6 +39,21 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// The lines of a file, without their "\n".
+inline std::vector<std::string> read_lines(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path, std::ios::binary);
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+
+// Writes `lines`, each followed by "\n", over `path`.
+inline void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (const std::string& l : lines) out << l << '\n';
+}
+
 // A fresh temporary folder, removed when the object dies.
 struct TempDir {
   std::filesystem::path path;

@@ -5,7 +5,6 @@
 
 #include <chrono>
 
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "encore/error.h"
@@ -90,41 +89,9 @@ std::optional<ParsedLine> parse_line(std::string_view text, std::string* why) {
   return p;
 }
 
-LineReader::LineReader(const std::string& path) : in_(path, std::ios::binary) {
+LineReader::LineReader(const std::string& path)
+    : in_(path, std::ios::binary), lines_(in_, kMaxLineBytes) {
   if (!in_) throw InvalidArgument(fmt::format("{}: cannot open the file", path));
-}
-
-bool LineReader::next(Got& line) {
-  line.text.clear();
-  line.complete = false;
-  line.too_long = false;
-  line.bytes = 0;
-  bool any = false;
-  for (;;) {
-    if (pos_ == end_) {
-      in_.read(buf_, sizeof buf_);
-      end_ = static_cast<size_t>(in_.gcount());
-      pos_ = 0;
-      if (end_ == 0) return any;
-    }
-    any = true;
-    const char* start = buf_ + pos_;
-    const void* nl = std::memchr(start, '\n', end_ - pos_);
-    const size_t n = nl ? static_cast<size_t>(static_cast<const char*>(nl) - start) : end_ - pos_;
-    line.bytes += n;
-    if (!line.too_long && line.text.size() + n <= kMaxLineBytes) {
-      line.text.append(start, n);
-    } else {
-      line.too_long = true;
-      line.text.clear();
-    }
-    pos_ += n;
-    if (nl) {
-      ++pos_;
-      line.complete = true;
-      return true;
-    }
-  }
 }
 
 }  // namespace encore::audit

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "encore/audit.h"
+#include "util/line_reader.h"
 
 namespace encore::audit {
 
@@ -34,19 +35,13 @@ std::string utc_now();
 class LineReader {
  public:
   explicit LineReader(const std::string& path);
-  struct Got {
-    std::string text;       // without "\n"
-    bool complete = false;  // ended with "\n" (false: the file's torn last line)
-    bool too_long = false;  // text is empty then
-    uint64_t bytes = 0;     // as in the file, "\n" excluded
-  };
+  using Got = util::LineReader::Line;
   // False at the end of the file.
-  bool next(Got& line);
+  bool next(Got& line) { return lines_.next(line); }
 
  private:
   std::ifstream in_;
-  char buf_[1 << 16];
-  size_t pos_ = 0, end_ = 0;
+  util::LineReader lines_;
 };
 
 }  // namespace encore::audit

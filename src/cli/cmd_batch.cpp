@@ -22,6 +22,7 @@
 #include "encore/engine.h"
 #include "encore/error.h"
 #include "encore/openai.h"
+#include "util/line_reader.h"
 
 namespace encore::cli {
 namespace {
@@ -41,49 +42,10 @@ struct BatchArgs {
   bool progress_off = false;  // --no-progress
 };
 
-// Lines of a stream, each at most api::kMaxLineBytes: a longer line is
+// Lines of the input, each at most api::kMaxLineBytes: a longer line is
 // skipped (not held in memory) and reported as too long.
-class LineReader {
- public:
-  explicit LineReader(std::istream& in) : in_(in) {}
-  struct Line {
-    std::string text;
-    bool too_long = false;
-  };
-  // False at the end of the stream.
-  bool next(Line& line) {
-    line.text.clear();
-    line.too_long = false;
-    bool any = false;
-    for (;;) {
-      if (pos_ == end_) {
-        in_.read(buf_, sizeof buf_);
-        end_ = static_cast<size_t>(in_.gcount());
-        pos_ = 0;
-        if (end_ == 0) return any;
-      }
-      any = true;
-      const char* start = buf_ + pos_;
-      const void* nl = std::memchr(start, '\n', end_ - pos_);
-      const size_t n = nl ? static_cast<size_t>(static_cast<const char*>(nl) - start) : end_ - pos_;
-      if (!line.too_long && line.text.size() + n <= api::kMaxLineBytes) {
-        line.text.append(start, n);
-      } else {
-        line.too_long = true;
-        line.text.clear();
-      }
-      pos_ += n;
-      if (nl) {
-        ++pos_;
-        return true;
-      }
-    }
-  }
-
- private:
-  std::istream& in_;
-  char buf_[1 << 16];
-  size_t pos_ = 0, end_ = 0;
+struct LineReader : util::LineReader {
+  explicit LineReader(std::istream& in) : util::LineReader(in, api::kMaxLineBytes) {}
 };
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r") == std::string::npos; }
