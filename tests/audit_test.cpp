@@ -181,6 +181,62 @@ TEST(AuditLog, ATornLineIsRecoveredAtTheNextStart) {
   EXPECT_FALSE(verify({o.path}).ok());
 }
 
+// A crash right after a rotation leaves a new live file holding only a torn
+// line: the chain goes on from the newest rotated file.
+TEST(AuditLog, ACrashRightAfterARotationKeepsTheChain) {
+  TempDir tmp;
+  AuditOptions o;
+  o.path = tmp.file("a.log");
+  o.max_bytes = 1200;
+  write_records(o, 0, 6);
+  ASSERT_TRUE(std::filesystem::exists(o.path + ".1"));
+  std::vector<std::string> files;
+  for (int n = 1; std::filesystem::exists(o.path + "." + std::to_string(n)); ++n) {
+    files.push_back(o.path + "." + std::to_string(n));
+  }
+  // The live file: only the first bytes of its first line.
+  const std::string first = read_lines(o.path)[0];
+  std::ofstream(o.path, std::ios::binary | std::ios::trunc) << first.substr(0, 40);
+  files.push_back(o.path);
+  const VerifyReport torn = verify(files);
+  EXPECT_TRUE(torn.ok()) << torn.broken;
+  write_records(o, 6, 2);
+  const VerifyReport rep = verify(files);
+  EXPECT_TRUE(rep.ok()) << rep.broken;
+  EXPECT_EQ(rep.first_seq, 1);
+  ASSERT_EQ(rep.notes.size(), 1u);
+  EXPECT_NE(rep.notes[0].find("recovered"), std::string::npos) << rep.notes[0];
+}
+
+// A line cut just before its newline is whole: the next start ends it and
+// goes on, with no recover line.
+TEST(AuditLog, ALineMissingOnlyItsNewlineIsKept) {
+  TempDir tmp;
+  AuditOptions o;
+  o.path = tmp.file("a.log");
+  write_records(o, 0, 2);
+  std::string text = read_file(o.path);
+  text.pop_back();
+  std::ofstream(o.path, std::ios::binary | std::ios::trunc) << text;
+  write_records(o, 2, 1);
+  const std::vector<std::string> lines = read_lines(o.path);
+  ASSERT_EQ(lines.size(), 5u);  // start, 2, start, 1
+  for (const std::string& l : lines) EXPECT_NE(nlohmann::json::parse(l)["type"], "recover");
+  const VerifyReport rep = verify({o.path});
+  EXPECT_TRUE(rep.ok()) << rep.broken;
+  EXPECT_EQ(rep.lines, 5);
+}
+
+TEST(AuditLog, OneWriterPerFile) {
+  TempDir tmp;
+  AuditOptions o;
+  o.path = tmp.file("a.log");
+  auto first = AuditLog::open(o);
+  EXPECT_THROW(AuditLog::open(o), InvalidArgument);
+  EXPECT_THROW(first->append(Json::object()), InvalidArgument);
+  EXPECT_THROW(first->append(Json::array({1})), InvalidArgument);
+}
+
 TEST(AuditLog, RefusesToContinueAnEditedLog) {
   TempDir tmp;
   AuditOptions o;
@@ -204,6 +260,20 @@ TEST(AuditLog, NotALogAndOversizedLinesAreBreaksNotCrashes) {
   const VerifyReport rep = verify({f});
   EXPECT_FALSE(rep.ok());
   EXPECT_NE(rep.broken.find(f + ":1:"), std::string::npos) << rep.broken;
+  // A line past kMaxLineBytes is a break, never held.
+  std::ofstream(f, std::ios::binary | std::ios::trunc)
+      << std::string(kMaxLineBytes + 10, '[') << "\n";
+  const VerifyReport big = verify({f});
+  EXPECT_FALSE(big.ok());
+  EXPECT_NE(big.broken.find("longer than"), std::string::npos) << big.broken;
+  // A sealed line nesting thousands of levels deep is refused, not recursed into.
+  std::string hash;
+  std::string deep =
+      "{\"type\":\"request\",\"x\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
+  std::ofstream(f, std::ios::binary | std::ios::trunc) << seal(1, deep, kGenesis, &hash);
+  const VerifyReport nested = verify({f});
+  EXPECT_FALSE(nested.ok());
+  EXPECT_NE(nested.broken.find("nests deeper"), std::string::npos) << nested.broken;
   EXPECT_THROW(verify({tmp.file("missing.log")}), InvalidArgument);
   EXPECT_EQ(fsync_from_name("always"), Fsync::Always);
   EXPECT_THROW(fsync_from_name("sometimes"), InvalidArgument);

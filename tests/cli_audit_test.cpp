@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -105,6 +106,14 @@ class AuditServe : public ::testing::Test {
       ++sent;
       EXPECT_EQ(post(s, path, body, tenant), 200) << body.dump();
     };
+    // Three samples that end with EOG (a strong bias on the EOS id) after 11, 11 and 19 tokens.
+    ok("/v1/completions",
+       {{"prompt", "Once upon a time"},
+        {"max_tokens", 60},
+        {"n", 3},
+        {"seed", 11},
+        {"logit_bias", {{"2", 20}}}},
+       0);
     // Completions: n > 1, stop strings, logprobs, penalties, bias, given or drawn seeds.
     for (int i = 0; i < 20; ++i) {
       Json b = {{"prompt", "Once upon a time " + std::to_string(i)},
@@ -254,27 +263,41 @@ TEST_F(AuditServe, EveryFinishedRequestReplaysIdentical) {
 
 // The chain rebuilt around a changed output id: the chain holds, and the
 // replay finds the token that differs.
-TEST_F(AuditServe, AChangedOutputIsReportedAtItsToken) {
-  std::vector<std::string> lines = read_lines(*log_);
+// The log with the first request line that `edit` changes (returning its
+// id, "" to pass), its chain rebuilt around it: a valid log saying
+// something else. The edited line's id is set in *changed.
+std::vector<std::string> rewritten(const std::string& log, const std::function<bool(Json&)>& edit,
+                                   std::string* changed) {
+  std::vector<std::string> lines = read_lines(log);
   std::string prev = audit::kGenesis;
-  std::string changed;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    Json j = Json::parse(lines[i]);
-    if (changed.empty() && j["type"] == "request" && j["status"] == "completed" &&
-        j["choices"][0]["ids"].size() > 3) {
-      Json& ids = j["choices"][0]["ids"];
-      ids[2] = ids[2].get<int>() == 300 ? 301 : 300;
-      changed = j["id"];
-    }
+  for (std::string& line : lines) {
+    Json j = Json::parse(line);
+    if (changed->empty() && j["type"] == "request" && edit(j)) *changed = j["id"];
     const int64_t seq = j["seq"];
     j.erase("seq");
     j.erase("prev");
     j.erase("hash");
     std::string hash;
-    lines[i] = audit::seal(seq, j.dump(), prev, &hash);
-    lines[i].pop_back();
+    line = audit::seal(seq, j.dump(), prev, &hash);
+    line.pop_back();
     prev = hash;
   }
+  return lines;
+}
+
+// The chain rebuilt around a changed output id: the chain holds, and the
+// replay finds the token that differs.
+TEST_F(AuditServe, AChangedOutputIsReportedAtItsToken) {
+  std::string changed;
+  const std::vector<std::string> lines = rewritten(
+      *log_,
+      [](Json& j) {
+        if (j["status"] != "completed" || j["choices"][0]["ids"].size() <= 3) return false;
+        Json& ids = j["choices"][0]["ids"];
+        ids[2] = ids[2].get<int>() == 300 ? 301 : 300;
+        return true;
+      },
+      &changed);
   ASSERT_FALSE(changed.empty());
   TempDir d;
   write_lines(d.file("x.log"), lines);
@@ -289,6 +312,44 @@ TEST_F(AuditServe, AChangedOutputIsReportedAtItsToken) {
               std::string::npos)
         << x.dump();
   }
+}
+
+// A request cut short in the engine whose samples had partly ended (EOG
+// after 11 tokens; the third cut after 5): the ended ones replay to the
+// same end, the cut one as far as logged.
+TEST_F(AuditServe, ARequestCutShortReplaysAsFarAsLogged) {
+  std::string changed;
+  const std::vector<std::string> lines = rewritten(
+      *log_,
+      [](Json& j) {
+        if (j["request"]["generation"]["n"] != 3 || j["request"]["max_tokens"] != 60) {
+          return false;
+        }
+        Json& c = j["choices"];
+        EXPECT_EQ(c[0]["finish_reason"], "eog");
+        EXPECT_GT(c[2]["tokens"].get<int>(), c[0]["tokens"].get<int>() + 2) << c.dump();
+        j["status"] = "cancelled";
+        j["engine_status"] = "cancelled";
+        Json ids = Json::array();
+        for (int k = 0; k < 5; ++k) ids.push_back(c[2]["ids"][k]);
+        c[2]["ids"] = ids;
+        c[2]["tokens"] = 5;
+        c[2]["finish_reason"] = nullptr;
+        return true;
+      },
+      &changed);
+  ASSERT_FALSE(changed.empty());
+  TempDir d;
+  write_lines(d.file("x.log"), lines);
+  const Replayed r = replay({d.file("x.log"), "-m", kModel, "--from", changed, "--to", changed});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.results.size(), 1u);
+  EXPECT_EQ(r.results[0]["verdict"], "identical") << r.results[0].dump();
+  EXPECT_NE(r.results[0]["detail"].get<std::string>().find("as far as logged"), std::string::npos);
+  // An id that is not in the log is an error, not an empty, clean replay.
+  const Replayed none = replay({*log_, "-m", kModel, "--from", "cmpl-nobody"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("--from cmpl-nobody"), std::string::npos) << none.err;
 }
 
 TEST_F(AuditServe, DamageIsNamedByVerifyAndReplay) {
@@ -413,6 +474,17 @@ TEST(AuditBatch, ARedactedLogReplaysWithInputs) {
   const Replayed with = replay({d.file("r.log"), "-m", kModel, "--inputs", d.file("u.log")});
   EXPECT_EQ(with.exit_code, 0) << with.err;
   EXPECT_EQ(with.summary["identical"], 6) << with.summary.dump();
+  // Prompts only: the outputs are compared by their hash.
+  std::vector<std::string> prompts;
+  for (const std::string& l : read_lines(d.file("u.log"))) {
+    Json j = Json::parse(l);
+    j.erase("choices");
+    prompts.push_back(j.dump());
+  }
+  write_lines(d.file("p.jsonl"), prompts);
+  const Replayed by_hash = replay({d.file("r.log"), "-m", kModel, "--inputs", d.file("p.jsonl")});
+  EXPECT_EQ(by_hash.exit_code, 0) << by_hash.err;
+  EXPECT_EQ(by_hash.summary["identical"], 6) << by_hash.summary.dump();
 }
 
 // SIGKILL under load: at most a torn last line; every line before it replays

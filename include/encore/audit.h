@@ -19,6 +19,7 @@
 // functions are pure or own what they open.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,8 +55,10 @@ struct AuditOptions {
   bool redact = false;
 };
 
-inline constexpr size_t kMaxLineBytes = 64u << 20;   // a longer line is not an audit line
+inline constexpr size_t kMaxLineBytes = 16u << 20;   // a longer line is not an audit line
 inline constexpr size_t kMaxQueueBytes = 64u << 20;  // append() waits while this is queued
+// How long append() waits for room before it drops the record (counted).
+inline constexpr std::chrono::seconds kMaxQueueWait{30};
 inline constexpr const char* kGenesis =              // "prev" of the first line
     "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -92,8 +95,9 @@ std::string states_hash(const std::vector<SampleState>& states);
 struct WriterCounters {
   int64_t lines = 0;          // written
   int64_t bytes_pending = 0;  // queued or being written
-  int64_t write_errors = 0;   // failed writes (retried each second; nothing is dropped)
+  int64_t write_errors = 0;   // failed writes and rotations (retried)
   int64_t rotations = 0;
+  int64_t dropped = 0;  // records never written: the writer was stuck kMaxQueueWait, or closing
 };
 
 class AuditLog {
@@ -104,8 +108,9 @@ class AuditLog {
   // "start" line is written. Throws InvalidArgument when the path cannot be
   // written, or when the last complete line does not match its hash (the
   // file was edited: `encore audit verify` says where; move it away to
-  // start a new log). `log` takes one line per remark (write errors and
-  // their end); thread-safe; may be empty.
+  // start a new log), or when another process holds the file (a lock).
+  // `log` takes one line per remark (write errors and their end);
+  // thread-safe; may be empty.
   static std::unique_ptr<AuditLog> open(const AuditOptions& options,
                                         std::function<void(std::string_view)> log = {});
   // Writes what is queued and stops the writer.
@@ -113,12 +118,15 @@ class AuditLog {
   AuditLog(const AuditLog&) = delete;
   AuditLog& operator=(const AuditLog&) = delete;
 
-  // Queues one record (an object; seq, prev and hash are added when it is
-  // written, in the order of the calls).
+  // Queues one record (a JSON object with members, else InvalidArgument;
+  // seq, prev and hash are added when it is written, in the order of the
+  // calls). Waits only while kMaxQueueBytes are queued, at most
+  // kMaxQueueWait: then the record is dropped (counted, said).
   void append(Json record);
   // Blocks until every line queued before the call is written and, unless
-  // fsync is Never, durable.
-  void flush();
+  // fsync is Never, durable; false when `timeout` passed first (a failing
+  // disk: the writer keeps retrying).
+  bool flush(std::chrono::milliseconds timeout = std::chrono::seconds(30));
   WriterCounters counters() const;
   const AuditOptions& options() const { return options_; }
 

@@ -9,6 +9,7 @@
 namespace encore::audit {
 
 using util::json_get;
+using util::json_member;
 
 Item parse_request_line(const Line& line) {
   Item it;
@@ -20,7 +21,11 @@ Item parse_request_line(const Line& line) {
   it.tenant = json_get<std::string>(j, "tenant", w);
   it.status = json_get<std::string>(j, "status", w);
   if (j.contains("error")) it.error = json_get<std::string>(j, "error", w);
-  const Json f = json_get<Json>(j, "fingerprint", w);
+  // Whether the engine completed it (absent: as status says); a request
+  // logged as cut short may have completed in the engine.
+  it.engine_ok = j.contains("engine_status") ? json_get<std::string>(j, "engine_status", w) == "ok"
+                                             : it.status == "completed";
+  const Json& f = json_member(j, "fingerprint", w);
   it.model_fp = json_get<std::string>(f, "model", w + ": fingerprint");
   it.engine_version = json_get<std::string>(f, "engine_version", w + ": fingerprint");
   it.build_id = json_get<std::string>(f, "build_id", w + ": fingerprint");
@@ -28,17 +33,17 @@ Item parse_request_line(const Line& line) {
   it.n_ctx = json_get<int32_t>(f, "n_ctx", w + ": fingerprint");
   if (!j.contains("request")) return it;
   it.ran = true;
-  const Json req = json_get<Json>(j, "request", w);
-  const Json prompt = json_get<Json>(req, "prompt", w + ": request");
+  const Json& req = json_member(j, "request", w);
+  const Json& prompt = json_member(req, "prompt", w + ": request");
   it.prompt_hash = json_get<std::string>(prompt, "hash", w + ": request.prompt");
   if (prompt.contains("ids")) {
     it.req.prompt_ids = json_get<std::vector<TokenId>>(prompt, "ids", w + ": request.prompt");
   }
   it.req.seed = json_get<uint64_t>(req, "seed", w + ": request");
   it.req.max_tokens = json_get<int32_t>(req, "max_tokens", w + ": request");
-  parse_generation(json_get<Json>(req, "generation", w + ": request"), w, it.req);
+  parse_generation(json_member(req, "generation", w + ": request"), w, it.req);
   if (req.contains("session")) {
-    const Json s = json_get<Json>(req, "session", w + ": request");
+    const Json& s = json_member(req, "session", w + ": request");
     it.session = json_get<std::string>(s, "id", w + ": request.session");
     if (s.contains("state_hash") && !s["state_hash"].is_null()) {
       it.state_hash = json_get<std::string>(s, "state_hash", w + ": request.session");
@@ -47,7 +52,7 @@ Item parse_request_line(const Line& line) {
   if (req.contains("resume_hash")) {
     it.resume_hash = json_get<std::string>(req, "resume_hash", w + ": request");
   }
-  const Json choices = json_get<Json>(j, "choices", w);
+  const Json& choices = json_member(j, "choices", w);
   if (!choices.is_array() || choices.size() > static_cast<size_t>(kMaxSamples)) {
     throw InvalidArgument(
         fmt::format("{}: choices must be an array of at most {}", w, kMaxSamples));
@@ -57,6 +62,7 @@ Item parse_request_line(const Line& line) {
     const Json& c = choices[i];
     LoggedChoice lc;
     if (c.contains("ids")) lc.ids = json_get<std::vector<TokenId>>(c, "ids", cw);
+    if (c.contains("ids_hash")) lc.ids_hash = json_get<std::string>(c, "ids_hash", cw);
     lc.output_hash = json_get<std::string>(c, "output_hash", cw);
     if (c.contains("finish_reason") && !c["finish_reason"].is_null()) {
       lc.finish = json_get<std::string>(c, "finish_reason", cw);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "encore/error.h"
+#include "util/json_read.h"
 
 namespace encore::audit {
 namespace {
@@ -64,6 +65,10 @@ std::optional<ParsedLine> parse_line(std::string_view text, std::string* why) {
     return std::nullopt;
   }
   ParsedLine p;
+  if (!util::json_depth_within(text, kMaxJsonDepth)) {
+    *why = fmt::format("it nests deeper than {} levels", kMaxJsonDepth);
+    return std::nullopt;
+  }
   try {
     p.json = Json::parse(text);
   } catch (const nlohmann::json::exception&) {

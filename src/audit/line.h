@@ -18,6 +18,9 @@ namespace encore::audit {
 // *hash to the new line's hash.
 std::string seal(int64_t seq, std::string_view record, const std::string& prev, std::string* hash);
 
+// Audit records nest 4 levels; a line nesting deeper is not one.
+inline constexpr int kMaxJsonDepth = 16;
+
 struct ParsedLine {
   int64_t seq = 0;
   std::string type, prev, hash;

@@ -93,7 +93,18 @@ Json request_record(std::string_view id, std::string_view endpoint, std::string_
   if (response == nullptr) return j;
   const Response& r = *response;
   const Request& e = r.effective;
+  j["engine_status"] = r.status == Response::Status::Ok          ? "ok"
+                       : r.status == Response::Status::Cancelled ? "cancelled"
+                                                                 : "failed";
 
+  // A record that would pass kMaxLineBytes (n samples of long outputs)
+  // keeps hashes instead of ids and text, and says so.
+  uint64_t estimate = 16 * r.prompt_ids.size() + 6 * r.prompt_text.size() + 4096;
+  for (const SampleResult& s : r.samples) estimate += 16 * s.ids.size() + 6 * s.text.size() + 256;
+  if (!redact && estimate > kMaxLineBytes / 2) {
+    redact = true;
+    j["oversized_redacted"] = true;
+  }
   Json req;
   Json prompt;
   prompt["tokens"] = r.prompt_ids.size();

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <deque>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -21,10 +22,12 @@ namespace {
 
 using util::json_get;
 
-// What --inputs gives for redacted lines, by request id.
+// What --inputs gives for redacted lines: prompt ids by their SHA-256,
+// output ids by theirs (so a line's id, which batch logs may repeat, never
+// picks them).
 struct Inputs {
   std::map<std::string, std::vector<TokenId>> prompts;
-  std::map<std::string, std::vector<std::vector<TokenId>>> outputs;
+  std::map<std::string, std::vector<TokenId>> outputs;
 };
 
 Inputs read_inputs(const std::string& path) {
@@ -36,8 +39,12 @@ Inputs read_inputs(const std::string& path) {
   while (reader.next(got)) {
     ++n;
     const std::string w = fmt::format("--inputs {}:{}", path, n);
+    if (!got.complete) break;  // a torn last line (a log cut by a crash)
     if (got.too_long) throw InvalidArgument(w + ": the line is too long");
     if (got.text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (!util::json_depth_within(got.text, kMaxJsonDepth)) {
+      throw InvalidArgument(w + ": nested too deep");
+    }
     Json j;
     try {
       j = Json::parse(got.text);
@@ -45,16 +52,18 @@ Inputs read_inputs(const std::string& path) {
       throw InvalidArgument(w + ": not valid JSON");
     }
     if (!j.is_object() || !j.contains("request")) continue;  // another line type
-    const std::string id = json_get<std::string>(j, "id", w);
-    const Json prompt = json_get<Json>(json_get<Json>(j, "request", w), "prompt", w + ": request");
-    in.prompts[id] = json_get<std::vector<TokenId>>(prompt, "ids", w + ": request.prompt");
+    const Json& prompt =
+        util::json_member(util::json_member(j, "request", w), "prompt", w + ": request");
+    if (prompt.contains("ids")) {
+      std::vector<TokenId> ids = json_get<std::vector<TokenId>>(prompt, "ids", w + ": request");
+      in.prompts[ids_sha256(ids)] = std::move(ids);
+    }
     if (j.contains("choices") && j["choices"].is_array()) {
-      std::vector<std::vector<TokenId>> outs;
       for (const Json& c : j["choices"]) {
-        if (!c.is_object() || !c.contains("ids")) break;
-        outs.push_back(json_get<std::vector<TokenId>>(c, "ids", w + ": choices"));
+        if (!c.is_object() || !c.contains("ids")) continue;
+        std::vector<TokenId> ids = json_get<std::vector<TokenId>>(c, "ids", w + ": choices");
+        in.outputs[ids_sha256(ids)] = std::move(ids);
       }
-      if (outs.size() == j["choices"].size()) in.outputs[id] = std::move(outs);
     }
   }
   return in;
@@ -141,8 +150,11 @@ class Replayer {
     if (it.state_hash) drain();  // it continues a turn that may be in flight
     Request q = it.req;
     if (it.state_hash) {
+      // Any state a replayed turn of this session left (turns may overlap).
       const auto s = sessions_.find({it.tenant, it.session});
-      if (s == sessions_.end() || states_hash(s->second) != *it.state_hash) {
+      const auto st =
+          s == sessions_.end() ? decltype(s->second.end()){} : s->second.find(*it.state_hash);
+      if (s == sessions_.end() || st == s->second.end()) {
         add({it.id, it.tenant, "skipped",
              fmt::format("it continues session {} from a state this replay did not re-derive "
                          "({})",
@@ -153,12 +165,15 @@ class Replayer {
              it.seq});
         return;
       }
-      q.resume = s->second;
+      q.resume = st->second;
     }
-    if (it.status != "completed") {
-      // Cut short: replay as far as the longest logged output, compare prefixes.
+    if (!it.engine_ok) {
+      // Cut short in the engine: replayed one token past the longest logged
+      // output (so that a sample that had ended at its last logged token
+      // ends the same way) and compared as far as logged.
       int64_t longest = 0;
       for (const LoggedChoice& c : it.choices) longest = std::max(longest, c.tokens);
+      longest = std::min<int64_t>(longest + 1, std::numeric_limits<int32_t>::max());
       if (q.max_tokens < 0 || longest < q.max_tokens) q.max_tokens = static_cast<int32_t>(longest);
     }
     q.tenant = it.tenant;  // the prefix cache's salt: never changes the output
@@ -180,6 +195,16 @@ class Replayer {
 
   void drain() {
     while (!flights_.empty()) finish_front();
+  }
+  // Throws InvalidArgument for a --from or --to id no request line has.
+  void check_range() const {
+    if (!opt_.from_id.empty() && !in_range_) {
+      throw InvalidArgument(fmt::format("--from {}: no request line has this id", opt_.from_id));
+    }
+    if (!opt_.to_id.empty() && !past_end_) {
+      throw InvalidArgument(
+          fmt::format("--to {}: no request line from --from on has this id", opt_.to_id));
+    }
   }
 
  private:
@@ -223,20 +248,16 @@ class Replayer {
     }
     if (it.resume_hash) return "it resumed sample states the log does not hold";
     if (it.req.prompt_ids.empty()) {
-      const auto p = inputs_.prompts.find(it.id);
+      const auto p = inputs_.prompts.find(it.prompt_hash);
       if (p == inputs_.prompts.end()) {
-        return "redacted: the prompt is not in the log (give it with --inputs, docs/audit.md)";
-      }
-      if (ids_sha256(p->second) != it.prompt_hash) {
-        return "the prompt given by --inputs does not match the logged hash";
+        return opt_.inputs.empty()
+                   ? "redacted: the prompt is not in the log (give it with --inputs, docs/audit.md)"
+                   : "redacted, and --inputs has no prompt with the logged hash";
       }
       it.req.prompt_ids = p->second;
-      const auto o = inputs_.outputs.find(it.id);
-      if (o != inputs_.outputs.end() && o->second.size() == it.choices.size()) {
-        for (size_t i = 0; i < it.choices.size(); ++i) {
-          if (output_hash(o->second[i]) == it.choices[i].output_hash)
-            it.choices[i].ids = o->second[i];
-        }
+      for (LoggedChoice& c : it.choices) {
+        const auto o = inputs_.outputs.find(c.ids_hash);
+        if (!c.ids && o != inputs_.outputs.end()) c.ids = o->second;
       }
     } else if (ids_sha256(it.req.prompt_ids) != it.prompt_hash) {
       return "the logged prompt ids do not match the logged prompt hash";
@@ -273,8 +294,9 @@ class Replayer {
             f.item.status == "completed" ? "" : ", as far as logged (" + f.item.status + ")");
       }
     }
-    if (!f.item.session.empty() && got.status == Response::Status::Ok) {
-      sessions_[{f.item.tenant, f.item.session}] = got.states;
+    // The engine saved the session only when it completed the request.
+    if (!f.item.session.empty() && f.item.engine_ok && got.status == Response::Status::Ok) {
+      sessions_[{f.item.tenant, f.item.session}][states_hash(got.states)] = got.states;
     }
     progress();
   }
@@ -285,7 +307,10 @@ class Replayer {
   ReplaySummary& sum_;
   Inputs inputs_;
   std::deque<Flight> flights_;
-  std::map<std::pair<std::string, std::string>, std::vector<SampleState>> sessions_;
+  // (tenant, session) -> states by their hash: every state a replayed
+  // turn left, for the turns that continue it.
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::vector<SampleState>>>
+      sessions_;
   bool in_range_ = false, past_end_ = false;
   int64_t seen_ = 0;
 };
@@ -298,6 +323,7 @@ ReplaySummary replay(Engine& engine, const ReplayOptions& options,
   Replayer r(engine, options, token_text, sum);
   sum.chain = verify(options.files, [&](const Line& l) { r.line(l); });
   r.drain();
+  if (sum.chain.ok()) r.check_range();
   for (const ReplayResult& x : sum.results) {
     if (x.verdict == "identical") ++sum.identical;
     if (x.verdict == "differs") ++sum.differs;
@@ -314,7 +340,7 @@ std::optional<LoggedNumerics> first_numerics(const std::vector<std::string>& fil
     verify(files, [](const Line& l) {
       if (!l.json.contains("type") || l.json["type"] != "request") return;
       const std::string w = fmt::format("{}:{}", l.file, l.line_no);
-      const Json f = json_get<Json>(l.json, "fingerprint", w);
+      const Json& f = util::json_member(l.json, "fingerprint", w);
       throw Found{{json_get<int32_t>(f, "n_ctx", w + ": fingerprint"),
                    json_get<std::string>(f, "kv_type", w + ": fingerprint")}};
     });

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -16,14 +17,18 @@
 namespace encore::audit {
 namespace {
 
-// The seq of a file's first line; nullopt when it is not an audit line.
+// The seq of a file's first audit line (a torn line left by a crash may
+// come before it, then its recover line); nullopt when none of its first
+// lines is one.
 std::optional<int64_t> first_seq_of(const std::string& path) {
   LineReader reader(path);
   LineReader::Got got;
-  if (!reader.next(got) || !got.complete || got.too_long) return std::nullopt;
-  std::string why;
-  const std::optional<ParsedLine> p = parse_line(got.text, &why);
-  return p ? std::optional<int64_t>(p->seq) : std::nullopt;
+  for (int i = 0; i < 4 && reader.next(got); ++i) {
+    if (!got.complete || got.too_long) continue;
+    std::string why;
+    if (const std::optional<ParsedLine> p = parse_line(got.text, &why)) return p->seq;
+  }
+  return std::nullopt;
 }
 
 struct Where {
@@ -64,10 +69,11 @@ std::string classify_gap(const std::vector<std::string>& files, size_t file_inde
 VerifyReport verify(const std::vector<std::string>& files,
                     const std::function<void(const Line&)>& each) {
   VerifyReport rep;
-  // Chain order: by the first line's seq (a file whose first line is not an
-  // audit line goes first, where it breaks the chain at once).
+  // Chain order: by the first audit line's seq (a file with none among its
+  // first lines, such as a new file holding only a torn line, goes last).
   std::vector<std::pair<int64_t, std::string>> order;
-  for (const std::string& f : files) order.emplace_back(first_seq_of(f).value_or(0), f);
+  for (const std::string& f : files)
+    order.emplace_back(first_seq_of(f).value_or(std::numeric_limits<int64_t>::max()), f);
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [seq, f] : order) rep.files.push_back(f);

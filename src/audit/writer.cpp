@@ -3,6 +3,7 @@
 // retries a failed write (nothing is dropped while the process lives).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,6 +48,7 @@ int64_t last_rotation(const std::string& path) {
 struct Tail {
   std::optional<ParsedLine> last;
   uint64_t torn_bytes = 0;
+  bool newline_only = false;  // the torn line is whole: only its "\n" is missing
 };
 
 Tail read_tail(const std::string& path) {
@@ -61,6 +63,14 @@ Tail read_tail(const std::string& path) {
   while (reader.next(got)) {
     ++line_no;
     if (!got.complete) {
+      std::string why;
+      if (!got.too_long) {
+        if (std::optional<ParsedLine> whole = parse_line(got.text, &why)) {
+          t.last = std::move(whole);  // cut just before its newline
+          t.newline_only = true;
+          return t;
+        }
+      }
       t.torn_bytes = got.bytes;
       break;
     }
@@ -85,6 +95,16 @@ Tail read_tail(const std::string& path) {
   return t;
 }
 
+// A new or renamed name is durable once its directory is.
+void sync_directory_of(const std::string& path) {
+  const fs::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
 }  // namespace
 
 struct AuditLog::Impl {
@@ -107,16 +127,37 @@ struct AuditLog::Impl {
   bool stopping = false;
   bool sync_wanted = false;  // flush() asks for durability now
   bool failing = false;      // a write failed and has not succeeded since
+  Clock::time_point no_rotation_until{};
   std::thread writer;
 
+  // Opens (creating) the live file, locked against a second writer. Throws
+  // InvalidArgument; reopen() is the writer thread's form, which does not.
   void open_file() {
     fd = ::open(opt.path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (fd < 0) {
       throw InvalidArgument("audit_log", fmt::format("{}: cannot open for appending: {}", opt.path,
                                                      std::strerror(errno)));
     }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      fd = -1;
+      throw InvalidArgument("audit_log",
+                            fmt::format("{}: another process writes this audit log (it is "
+                                        "locked); give each process its own file",
+                                        opt.path));
+    }
     struct stat st {};
     file_bytes = fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    sync_directory_of(opt.path);
+  }
+  bool reopen() {
+    try {
+      open_file();
+      return true;
+    } catch (const InvalidArgument& e) {
+      if (log && !failing) log(fmt::format("audit log: {}", e.what()));
+      return false;
+    }
   }
 
   // Writes all of `bytes`, retrying each second while the disk refuses
@@ -124,7 +165,8 @@ struct AuditLog::Impl {
   bool write_all(std::string_view bytes) {
     int tries_at_stop = 0;
     while (!bytes.empty()) {
-      const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+      if (fd < 0 && !reopen()) errno = EBADF;
+      const ssize_t n = fd < 0 ? -1 : ::write(fd, bytes.data(), bytes.size());
       if (n > 0) {
         bytes.remove_prefix(static_cast<size_t>(n));
         file_bytes += static_cast<uint64_t>(n);
@@ -161,7 +203,10 @@ struct AuditLog::Impl {
     return true;
   }
 
+  // Renames the live file to PATH.N and opens a new one. A rename that
+  // fails (said, counted) is tried again after a minute, not per line.
   void rotate() {
+    if (Clock::now() < no_rotation_until) return;
     ::fdatasync(fd);
     ::close(fd);
     fd = -1;
@@ -169,14 +214,19 @@ struct AuditLog::Impl {
     std::error_code ec;
     fs::rename(opt.path, to, ec);
     if (ec) {
-      if (log)
-        log(fmt::format("audit log {}: cannot rotate to {}: {}", opt.path, to, ec.message()));
+      if (log) {
+        log(fmt::format("audit log {}: cannot rotate to {}: {}; trying again in a minute", opt.path,
+                        to, ec.message()));
+      }
+      no_rotation_until = Clock::now() + std::chrono::minutes(1);
+      std::lock_guard<std::mutex> lock(mu);
+      ++counters.write_errors;
     } else {
       ++rotation;
       std::lock_guard<std::mutex> lock(mu);
       ++counters.rotations;
     }
-    open_file();
+    reopen();  // on failure, write_all retries
   }
 
   void run() {
@@ -204,6 +254,16 @@ struct AuditLog::Impl {
         batch_bytes += record.size();
         std::string hash;
         std::string line = seal(seq + 1, record, prev, &hash);
+        if (line.size() > kMaxLineBytes) {
+          // Readers refuse such a line: it is replaced by one that says so
+          // (request_record redacts what would not fit, so this is a bug).
+          Json big;
+          big["type"] = "oversized";
+          big["bytes"] = line.size();
+          big["head"] = record.substr(0, 256);
+          line = seal(seq + 1, big.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                      prev, &hash);
+        }
         if (opt.max_bytes > 0 && file_bytes + out.size() > 0 &&
             file_bytes + out.size() + line.size() > opt.max_bytes) {
           ok = ok && write_all(out);
@@ -239,11 +299,22 @@ struct AuditLog::Impl {
     room.notify_all();
   }
 
+  // Waits up to kMaxQueueWait for room (the writer failing for that long):
+  // then the record is dropped, counted and said, so that no request thread
+  // hangs on a dead disk.
   void push(std::string record) {
     std::unique_lock<std::mutex> lock(mu);
-    room.wait(lock, [&] {
+    const bool room_now = room.wait_for(lock, kMaxQueueWait, [&] {
       return counters.bytes_pending < static_cast<int64_t>(kMaxQueueBytes) || stopping;
     });
+    if (!room_now || stopping) {
+      ++counters.dropped;
+      if (log) {
+        log(fmt::format("audit log {}: a record was dropped: {}", opt.path,
+                        stopping ? "the log is closing" : "the writer is stuck (disk?)"));
+      }
+      return;
+    }
     counters.bytes_pending += static_cast<int64_t>(record.size());
     queue.push_back(std::move(record));
     ++appended;
@@ -261,19 +332,24 @@ std::unique_ptr<AuditLog> AuditLog::open(const AuditOptions& options,
   // The chain continues from the live file, or from the newest rotated one
   // when the live file is gone or empty (rotated just before a stop).
   Tail tail = read_tail(options.path);
-  if (!tail.last && tail.torn_bytes == 0 && impl->rotation > 0) {
-    tail = read_tail(fmt::format("{}.{}", options.path, impl->rotation));
-    if (tail.torn_bytes > 0) {
-      throw InvalidArgument("audit_log", fmt::format("{}.{} ends in a torn line; run `encore audit "
+  if (!tail.last && impl->rotation > 0) {  // a crash may tear the first line of a new file
+    const std::string rotated = fmt::format("{}.{}", options.path, impl->rotation);
+    const Tail before = read_tail(rotated);
+    if (before.torn_bytes > 0 || before.newline_only) {
+      throw InvalidArgument("audit_log", fmt::format("{} ends in a torn line; run `encore audit "
                                                      "verify` on it",
-                                                     options.path, impl->rotation));
+                                                     rotated));
     }
+    tail.last = before.last;
   }
   if (tail.last) {
     impl->seq = tail.last->seq;
     impl->prev = tail.last->hash;
   }
   impl->open_file();
+  if (tail.newline_only && !impl->write_all("\n")) {
+    throw InvalidArgument("audit_log", "cannot write " + options.path);
+  }
   if (tail.torn_bytes > 0) {
     // The torn bytes stay (evidence); the newline ends them, and the
     // "recover" line says how many there were, chained to the last good line.
@@ -322,15 +398,18 @@ AuditLog::~AuditLog() {
 }
 
 void AuditLog::append(Json record) {
+  if (!record.is_object() || record.empty()) {
+    throw InvalidArgument("audit_log", "a record must be a JSON object with members");
+  }
   impl_->push(record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
-void AuditLog::flush() {
+bool AuditLog::flush(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(impl_->mu);
   const int64_t target = impl_->appended;
   impl_->sync_wanted = true;
   impl_->cv.notify_one();
-  impl_->room.wait(lock, [&] { return impl_->synced >= target; });
+  return impl_->room.wait_for(lock, timeout, [&] { return impl_->synced >= target; });
 }
 
 WriterCounters AuditLog::counters() const {

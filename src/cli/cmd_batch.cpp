@@ -290,7 +290,11 @@ void run_batch(const BatchArgs& a) {
   }
   while (!window.empty()) write_front();
   results.commit();
-  if (audit_log) audit_log->flush();
+  if (audit_log && !audit_log->flush()) {
+    fmt::print(stderr,
+               "batch: the audit log is not yet written after 30 s (see above); "
+               "retrying until exit\n");
+  }
   draw(true);
   if (progress) fmt::print(stderr, "\n");
   engine->drain();

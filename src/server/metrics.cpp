@@ -197,8 +197,11 @@ std::string render_audit_metrics(const ConsistencyCounters* checks,
            "Audit records queued for the writer or being written.");
     out += fmt::format("encore_audit_queue_bytes {}\n", audit->bytes_pending);
     header(out, "encore_audit_write_errors_total", "counter",
-           "Failed audit log writes (retried every second; nothing is dropped).");
+           "Failed audit log writes and rotations (retried every second).");
     out += fmt::format("encore_audit_write_errors_total {}\n", audit->write_errors);
+    header(out, "encore_audit_dropped_total", "counter",
+           "Audit records never written: the writer was stuck for 30 s (a failing disk).");
+    out += fmt::format("encore_audit_dropped_total {}\n", audit->dropped);
     header(out, "encore_audit_rotations_total", "counter", "Audit log files rotated by size.");
     out += fmt::format("encore_audit_rotations_total {}\n", audit->rotations);
   }

@@ -294,10 +294,14 @@ Reply Server::Impl::metrics_page() {
   r.content_type = "text/plain; version=0.0.4";
   r.body = metrics.render(s, e ? e->state_counters() : decltype(e->state_counters()){}, flying,
                           http ? http->open_connections() : 0);
-  const server::ConsistencyCounters checks =
-      shadow ? shadow->counters() : server::ConsistencyCounters{};
+  // shadow is set by set_engine() before it publishes the engine: read it
+  // only once the engine is seen.
+  server::ConsistencyCounters checks;
+  const bool checking = e != nullptr && shadow != nullptr;
+  if (checking) checks = shadow->counters();
   const audit::WriterCounters lines = audit_log ? audit_log->counters() : audit::WriterCounters{};
-  r.body += server::render_audit_metrics(shadow ? &checks : nullptr, audit_log ? &lines : nullptr);
+  r.body +=
+      server::render_audit_metrics(checking ? &checks : nullptr, audit_log ? &lines : nullptr);
   return r;
 }
 

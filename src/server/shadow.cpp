@@ -11,14 +11,15 @@
 namespace encore::server {
 namespace {
 
-// The prefix-cache salt of a tenant's checks: never a real tenant's (a
-// control character cannot come from a keys file), so a check shares no
-// KV with the answers it checks.
-std::string check_tenant(const std::string& tenant) {
+// The prefix-cache salt of one check: never a real tenant's (a control
+// character cannot come from a keys file) and never another check's, so a
+// check shares no KV with any answer or check: its prompt is computed
+// again. (Its blocks stay cached, unused, until the pool needs them.)
+std::string check_tenant(const std::string& tenant, uint64_t number) {
   return fmt::format(
       "\x1f"
-      "check:{:016x}",
-      XXH3_64bits(tenant.data(), tenant.size()));
+      "check:{:016x}:{}",
+      XXH3_64bits(tenant.data(), tenant.size()), number);
 }
 
 // Why two outputs of one request differ ("" when they do not), with the
@@ -77,6 +78,7 @@ bool ShadowChecker::offer(const std::string& id, const std::string& tenant, cons
       }
     }
   }
+  const uint64_t number = due ? ++submitted_ : 0;
   if (due) ++counters_.pending;  // holds its place while it is submitted
   lock.unlock();
   before(due);
@@ -87,7 +89,7 @@ bool ShadowChecker::offer(const std::string& id, const std::string& tenant, cons
   q.stream = false;
   q.logprobs = -1;  // never changes the ids
   q.priority = std::numeric_limits<int32_t>::min();
-  q.tenant = check_tenant(tenant);
+  q.tenant = check_tenant(tenant, number);
   Check c{id, tenant, served, {}, false};
   try {
     c.handle = engine_.submit(std::move(q));
@@ -97,6 +99,12 @@ bool ShadowChecker::offer(const std::string& id, const std::string& tenant, cons
     if (log_) log_(fmt::format("consistency: the check of {} was refused: {}", id, e.what()));
   }
   lock.lock();
+  if (stopping_) {  // stop() has run: nobody would compare it
+    c.handle.cancel();
+    --counters_.pending;
+    ++counters_.skipped["shutdown"];
+    return false;
+  }
   queue_.push_back(std::move(c));
   cv_.notify_one();
   return true;

@@ -1,7 +1,7 @@
 // Live consistency checks (`encore serve --shadow-rate R`): a fraction R of
 // the completed requests is submitted again, as the engine ran it
 // (Response::effective), at the lowest priority and under a prefix-cache
-// salt of its own (so no KV is shared with the answer it checks: the
+// salt of its own (so no KV is shared with any answer or other check: the
 // prompt is computed again, in whatever batch the scheduler forms), and
 // its outputs are compared with what was served. A mismatch is counted
 // (/metrics), logged with what reproduces it, and recorded in the audit
@@ -77,6 +77,7 @@ class ShadowChecker {
   std::deque<Check> queue_;
   RequestHandle* current_ = nullptr;  // the check being waited for
   double credit_ = 0;
+  uint64_t submitted_ = 0;  // checks so far: each one's own prefix-cache salt
   bool stopping_ = false;
   ConsistencyCounters counters_;
   std::thread thread_;

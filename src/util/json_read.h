@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -28,12 +29,13 @@ T json_convert(const Json& v, const std::string& what) {
     return v.template get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
     if (!v.is_number_integer()) throw InvalidArgument(fmt::format("{} must be an integer", what));
-    const bool ok = v.is_number_unsigned()
-                        ? v.template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                        : v.template get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                              (v.template get<int64_t>() < 0 ||
-                               static_cast<uint64_t>(v.template get<int64_t>()) <=
-                                   static_cast<uint64_t>(std::numeric_limits<T>::max()));
+    const bool ok =
+        v.is_number_unsigned()
+            ? v.template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+            : v.template get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                  (v.template get<int64_t>() < 0 ||
+                   static_cast<uint64_t>(v.template get<int64_t>()) <=
+                       static_cast<uint64_t>(std::numeric_limits<T>::max()));
     if (!ok) {
       throw InvalidArgument(fmt::format("{} = {} is out of range [{}, {}]", what, v.dump(),
                                         std::numeric_limits<T>::min(),
@@ -72,6 +74,42 @@ T json_get(const Json& j, const std::string& key, const std::string& where) {
     throw InvalidArgument(fmt::format("{}: missing field '{}'", where, key));
   }
   return json_convert<T>(j.at(key), fmt::format("{}: field '{}'", where, key));
+}
+
+// Member `key` of object `j` by reference (no copy of a large subtree);
+// InvalidArgument naming where when `j` is not an object or lacks it.
+template <typename Json>
+const Json& json_member(const Json& j, const std::string& key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) {
+    throw InvalidArgument(fmt::format("{}: missing field '{}'", where, key));
+  }
+  return j.at(key);
+}
+
+// Whether the JSON text nests arrays and objects at most `max_depth` deep
+// (strings skipped), checked before parsing text from outside: a deep
+// value parses, but copying or comparing it recurses once per level.
+inline bool json_depth_within(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
 }
 
 }  // namespace encore::util

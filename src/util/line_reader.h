@@ -10,6 +10,8 @@
 #include <istream>
 #include <string>
 
+#include "encore/error.h"
+
 namespace encore::util {
 
 class LineReader {
@@ -33,6 +35,7 @@ class LineReader {
         in_.read(buf_, sizeof buf_);
         end_ = static_cast<size_t>(in_.gcount());
         pos_ = 0;
+        if (in_.bad()) throw InvalidArgument("reading failed (an I/O error)");
         if (end_ == 0) return any;
       }
       any = true;
