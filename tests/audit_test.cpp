@@ -11,6 +11,7 @@
 #include "cli_runner.h"
 #include "encore/audit.h"
 #include "encore/error.h"
+#include "server/shadow.h"
 
 namespace encore::audit {
 namespace {
@@ -277,6 +278,32 @@ TEST(AuditLog, NotALogAndOversizedLinesAreBreaksNotCrashes) {
   EXPECT_THROW(verify({tmp.file("missing.log")}), InvalidArgument);
   EXPECT_EQ(fsync_from_name("always"), Fsync::Always);
   EXPECT_THROW(fsync_from_name("sometimes"), InvalidArgument);
+}
+
+// The consistency check's comparison finds a changed id, a missing token,
+// another finish reason, another number of choices; equal outputs pass.
+TEST(ConsistencyCheck, FindsEveryDifference) {
+  Response served;
+  served.samples.resize(2);
+  served.samples[0].ids = {5, 6, 7};
+  served.samples[1].ids = {5, 9};
+  served.samples[1].finish = FinishReason::Stop;
+  Response same = served;
+  EXPECT_EQ(server::output_difference(served, same).first, "");
+  Response changed = served;
+  changed.samples[1].ids[1] = 8;
+  const auto [reason, detail] = server::output_difference(served, changed);
+  EXPECT_EQ(reason, "output");
+  EXPECT_NE(detail.find("choice 1, token 1: served 9, check 8"), std::string::npos) << detail;
+  Response shorter = served;
+  shorter.samples[0].ids.pop_back();
+  EXPECT_EQ(server::output_difference(served, shorter).first, "output");
+  Response finish = served;
+  finish.samples[1].finish = FinishReason::Length;
+  EXPECT_EQ(server::output_difference(served, finish).first, "finish_reason");
+  Response fewer = served;
+  fewer.samples.pop_back();
+  EXPECT_EQ(server::output_difference(served, fewer).first, "output");
 }
 
 }  // namespace

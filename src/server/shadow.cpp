@@ -22,9 +22,12 @@ std::string check_tenant(const std::string& tenant, uint64_t number) {
       XXH3_64bits(tenant.data(), tenant.size()), number);
 }
 
+}  // namespace
+
 // Why two outputs of one request differ ("" when they do not), with the
 // reason label for /metrics.
-std::pair<std::string, std::string> difference(const Response& served, const Response& check) {
+std::pair<std::string, std::string> output_difference(const Response& served,
+                                                      const Response& check) {
   if (served.samples.size() != check.samples.size()) {
     return {"output", fmt::format("{} choices served, {} in the check", served.samples.size(),
                                   check.samples.size())};
@@ -49,8 +52,6 @@ std::pair<std::string, std::string> difference(const Response& served, const Res
   }
   return {};
 }
-
-}  // namespace
 
 ShadowChecker::ShadowChecker(Engine& engine, double rate, audit::AuditLog* audit, bool redact,
                              std::function<void(std::string_view)> log)
@@ -140,7 +141,7 @@ void ShadowChecker::compare(Check& c) {
       detail = got.error.empty() ? "cancelled" : got.error;
       ++counters_.skipped[stopping_ ? "shutdown" : "not_completed"];
     } else {
-      std::tie(reason, detail) = difference(c.served, got);
+      std::tie(reason, detail) = output_difference(c.served, got);
       ++counters_.checks;
       if (!reason.empty()) {
         result = "mismatch";

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "encore/audit.h"
 #include "encore/engine.h"
@@ -33,6 +34,12 @@ struct ConsistencyCounters {
   std::map<std::string, int64_t> skipped;   // by reason: queue_full, not_completed, shutdown
   int64_t pending = 0;                      // queued or running now
 };
+
+// How a check's outputs differ from the served ones: {reason, detail} with
+// reason "output" (ids: the first differing choice and token) or
+// "finish_reason"; {"", ""} when they are the same.
+std::pair<std::string, std::string> output_difference(const Response& served,
+                                                      const Response& check);
 
 class ShadowChecker {
  public:
