@@ -15,6 +15,7 @@ PACKAGES=(
   libcpp-httplib-dev                   # tests: an HTTP client for encore serve
   prometheus                           # promtool: the server's /metrics is checked in a test
   libpcre2-dev libicu-dev             # tokenizer: pre-tokenizer regexes, Unicode NFC/NFD
+  libssl-dev                          # --derive-seed: HMAC-SHA256 (libcrypto)
   python3
 )
 

@@ -100,7 +100,7 @@ struct Request {
   bool parse_special = false;
 
   SamplingParams sampling;                 // repeat_last_n -1 = the context size
-  std::optional<uint64_t> seed;            // absent: drawn from the OS and reported in the Response
+  std::optional<uint64_t> seed;            // absent: drawn or derived, reported in the Response
   int32_t n = settings::kN.int_default();  // samples; sample i draws from RNG stream i
                                            // whatever n is
   // Per sample; -1: until EOG, a stop string or the context.
@@ -161,6 +161,13 @@ struct Usage {
   int64_t generated_tokens = 0;  // over all samples
 };
 
+// Where Response::seed came from: the request (or the session or resume
+// state it continues), the OS entropy source, or the engine's derivation
+// secret (EngineOptions::seed_secret, seed.h).
+enum class SeedSource { Given, Drawn, Derived };
+// "given", "drawn", "derived".
+const char* seed_source_name(SeedSource s);
+
 struct Response {
   enum class Status { Ok, Cancelled, Failed };
   Status status = Status::Ok;
@@ -177,6 +184,8 @@ struct Response {
   // Request::session named a usable saved session, which this request
   // continued (false: the session started afresh with this request's prompt).
   bool session_found = false;
+  // Where `seed` came from (the audit log records it).
+  SeedSource seed_source = SeedSource::Given;
 
   double queue_seconds = 0;     // submission to first forward step
   double prompt_seconds = 0;    // first step to the prompt's logits

@@ -340,7 +340,7 @@ void add_run_command(CLI::App& app) {
                       "appended to its conversation) and save it at the end")
           ->type_name("NAME");
   session->excludes(resume);
-  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags, settings::kRun);
+  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags | kSeedFlag, settings::kRun);
   sub->add_flag("--json", args->json, "Print one JSON object instead of streaming text");
   sub->add_flag("--chat,--conversation", args->chat,
                 "Send the prompt as a user message through the model's chat template (one turn)");
