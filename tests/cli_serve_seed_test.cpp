@@ -1,7 +1,9 @@
-// Seed hygiene through the real `encore serve`: --derive-seed gives an
-// absent seed that repeats for the same input and changes with the prompt,
-// the tenant and the secret; encore_seed_reuse_total counts a tenant's seed
-// given again with another prompt.
+// Seed hygiene and input normalisation through the real `encore serve` (and
+// `encore run` for the prompt ids): --derive-seed gives an absent seed that
+// repeats for the same input and changes with the prompt, the tenant and the
+// secret; encore_seed_reuse_total counts a tenant's seed given again with
+// another prompt; --normalize-input makes "  cafe\u0301 " and "café" the
+// same tokens, and without it they differ.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -140,6 +142,66 @@ TEST_F(ServeSeed, ReuseCountsTheSameSeedWithAnotherPromptPerTenant) {
   EXPECT_EQ(metric(s, "encore_seed_reuse_total"), "1");
   complete(s, seeded("Once", 5));  // Alice's 5 was given with "Tom" too
   EXPECT_EQ(metric(s, "encore_seed_reuse_total"), "2");
+}
+
+// ---- --normalize-input ----------------------------------------------------------
+
+const std::string kDecomposed = "  cafe\xCC\x81 ";  // "  cafe\u0301 ": e + combining acute
+const std::string kComposed = "caf\xC3\xA9";        // "café": U+00E9
+
+TEST_F(ServeSeed, NormalizeInputMakesRunPromptIdsEqual) {
+  auto run = [&](const std::string& prompt, bool normalize) {
+    Args a = {"run", "-m", model_, "--json", "-p", prompt, "-n", "8", "--seed", "3"};
+    if (normalize) a.push_back("--normalize-input");
+    const CliResult r = run_encore(a);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Json::parse(r.out, nullptr, false);
+  };
+  const Json with_d = run(kDecomposed, true), with_c = run(kComposed, true);
+  EXPECT_EQ(with_d["prompt_ids"], with_c["prompt_ids"]);
+  EXPECT_EQ(with_d["output_hash"], with_c["output_hash"]);
+  const Json without_d = run(kDecomposed, false), without_c = run(kComposed, false);
+  EXPECT_NE(without_d["prompt_ids"], without_c["prompt_ids"]);
+  EXPECT_EQ(without_c["prompt_ids"], with_c["prompt_ids"]) << "NFC text was changed";
+  // Invalid UTF-8 is refused, naming the field, rather than passed on.
+  const CliResult bad =
+      run_encore({"run", "-m", model_, "-p", "caf\xC3", "-n", "1", "--normalize-input"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("prompt: not valid UTF-8"), std::string::npos) << bad.err;
+}
+
+TEST_F(ServeSeed, NormalizeInputMakesServedTextAndMessagesEqual) {
+  auto answers = [&](const ServeProcess& s, const std::string& text, bool ask) {
+    Json c = request(text);
+    c["seed"] = 3;
+    if (ask) c["normalize_input"] = true;
+    Json chat = {{"messages", Json::array({Json{{"role", "user"}, {"content", text}}})},
+                 {"max_tokens", 8},
+                 {"seed", 3}};
+    if (ask) chat["normalize_input"] = true;
+    int status = 0;
+    const Json j = post_json(s, "/v1/chat/completions", chat, &status);
+    EXPECT_EQ(status, 200) << j.dump();
+    const Json k = complete(s, c, {});
+    return std::make_pair(k, j);
+  };
+  auto same = [](const std::pair<Json, Json>& a, const std::pair<Json, Json>& b) {
+    // Prompt tokens, not cached ones: the second of two equal prompts is cached.
+    return a.first["usage"]["prompt_tokens"] == b.first["usage"]["prompt_tokens"] &&
+           a.first["choices"][0]["output_hash"] == b.first["choices"][0]["output_hash"] &&
+           a.second["usage"]["prompt_tokens"] == b.second["usage"]["prompt_tokens"] &&
+           a.second["choices"][0]["output_hash"] == b.second["choices"][0]["output_hash"];
+  };
+  {
+    ServeProcess s(model_, {"--chat-template", "chatml", "--normalize-input"});
+    ASSERT_TRUE(s.ready()) << s.stderr_text();
+    EXPECT_TRUE(same(answers(s, kDecomposed, false), answers(s, kComposed, false)));
+  }
+  ServeProcess s(model_, {"--chat-template", "chatml"});
+  ASSERT_TRUE(s.ready()) << s.stderr_text();
+  EXPECT_FALSE(same(answers(s, kDecomposed, false), answers(s, kComposed, false)));
+  // A request may ask for it on a server without the flag.
+  EXPECT_TRUE(same(answers(s, kDecomposed, true), answers(s, kComposed, true)));
 }
 
 }  // namespace

@@ -98,6 +98,12 @@ struct Request {
   // token texts ("<s>", "<|im_start|>") in `prompt` as those tokens. Refused
   // with messages.
   bool parse_special = false;
+  // Before tokenizing, trim leading and trailing whitespace from the prompt
+  // text, each message's content and text appended to a session, and put
+  // them in Unicode NFC (docs/serving.md, "Input normalisation"). Off by
+  // default: it changes tokens. Text that is not valid UTF-8 is refused
+  // (InvalidArgument naming the field) rather than passed on unnormalised.
+  bool normalize_input = false;
 
   SamplingParams sampling;                 // repeat_last_n -1 = the context size
   std::optional<uint64_t> seed;            // absent: drawn or derived, reported in the Response

@@ -76,6 +76,9 @@ struct ServerOptions {
   std::chrono::milliseconds read_deadline{static_cast<int64_t>(settings::kReadDeadline.def * 1000)};
   // A kept-alive connection waiting for its next request.
   std::chrono::seconds idle_timeout{settings::kIdleTimeout.int_default()};
+  // Every request's text is normalized (Request::normalize_input), whatever
+  // the request says: the operator's choice holds for every client.
+  bool normalize_input = settings::kNormalizeInput.def != 0;
 };
 
 class Server {

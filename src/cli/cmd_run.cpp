@@ -134,6 +134,7 @@ Request request_from_flags(const RunArgs& a) {
   r.n = a.request.n;
   r.stop = a.stop;
   r.ignore_eos = a.request.ignore_eos;
+  r.normalize_input = a.request.normalize_input;
   return r;
 }
 

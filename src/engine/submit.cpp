@@ -13,6 +13,7 @@
 #include "encore/error.h"
 #include "encore/seed.h"
 #include "engine/engine_impl.h"
+#include "engine/normalize.h"
 #include "util/text.h"
 
 namespace encore {
@@ -303,6 +304,9 @@ void Engine::Impl::make_samples(Job& job, Request& r) {
 
 std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   r.validate(info.n_vocab);
+  // Before a session merges the text into its ids: appended text is
+  // normalized too.
+  if (r.normalize_input) normalize_request_text(r);
   auto job = std::make_unique<Job>();
   Response& resp = job->response;
   SessionStart start;
