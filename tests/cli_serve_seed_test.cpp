@@ -117,9 +117,10 @@ TEST_F(ServeSeed, AMissingSecretIsCreatedAndAnUnsafeOneRefused) {
     EXPECT_EQ(st.st_size, 32);
   }
   ASSERT_EQ(chmod(fresh.c_str(), 0644), 0);
-  const CliResult r = run_encore({"serve", "-m", model_, "--port", "0", "--derive-seed", fresh});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("--derive-seed " + fresh + ": mode 0644"), std::string::npos) << r.err;
+  ServeProcess refused(model_, {"--derive-seed", fresh});
+  EXPECT_FALSE(refused.ready()) << "a world-readable secret was taken";
+  const std::string err = refused.stderr_text();
+  EXPECT_NE(err.find("--derive-seed " + fresh + ": mode 0644"), std::string::npos) << err;
 }
 
 TEST_F(ServeSeed, ReuseCountsTheSameSeedWithAnotherPromptPerTenant) {

@@ -1,6 +1,8 @@
 // Seed hygiene below the server (seed.h, src/engine/seed_reuse.h): the
 // derivation's encoding pinned by a value computed with the openssl CLI, the
-// secret file's checks and creation, and the reuse window's bounds. The
+// secret file's checks and creation, the reuse window's bounds, and the
+// engine's side on a synthetic model: where a seed came from, a derived seed
+// from a session's merged ids, normalized text appended to a session. The
 // same features through the real server: cli_serve_seed_test.cpp.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -14,8 +16,11 @@
 #include "cli_runner.h"
 #include "encore/engine.h"
 #include "encore/error.h"
+#include "encore/gguf.h"
 #include "encore/seed.h"
 #include "engine/seed_reuse.h"
+#include "engine_test_util.h"
+#include "synth_test_util.h"
 
 namespace encore::test {
 namespace {
@@ -141,6 +146,97 @@ TEST(EngineSeed, ReuseTracksABoundedNumberOfTenants) {
   EXPECT_FALSE(r.given("first", 1, 2));
   // A tenant seen again moves to the front and is kept.
   EXPECT_TRUE(r.given("t1", 1, 2));
+}
+
+// ---- the engine ---------------------------------------------------------------
+
+class EngineSeedRun : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> open(const std::string& secret) {
+    static const auto file = std::make_shared<const gguf::File>(
+        gguf::File::from_bytes(synth_bytes("tiny", DType::Q8_0), "tiny.gguf"));
+    EngineOptions o;
+    o.threads = 2;
+    o.n_ctx = 256;
+    o.kv_bytes = 8 << 20;
+    o.state_dir = tmp_.file("state");
+    o.fingerprint_cache_dir = "/nonexistent";
+    o.seed_secret = secret;
+    return Engine::open(file, o);
+  }
+  TempDir tmp_;
+};
+
+TEST_F(EngineSeedRun, ResponseSaysWhereTheSeedCameFrom) {
+  auto e = open(kSecret);
+  Request r = request(prompt_of(20, 1), 9, 4);
+  r.tenant = "alice";
+  Response given = e->run(r);
+  EXPECT_EQ(given.seed, 9u);
+  EXPECT_EQ(given.seed_source, SeedSource::Given);
+  r.seed.reset();
+  const Response derived = e->run(r);
+  EXPECT_EQ(derived.seed_source, SeedSource::Derived);
+  EXPECT_EQ(derived.seed, derive_seed(kSecret, "alice", derived.prompt_ids));
+  r.prompt_ids = prompt_of(20, 2);
+  r.seed = 9;  // alice's 9 with another prompt
+  e->run(r);
+  e->drain();
+  EngineStats s = e->stats();
+  EXPECT_EQ(s.seeds_derived, 1);
+  EXPECT_EQ(s.seeds_drawn, 0);
+  EXPECT_EQ(s.seeds_reused, 1);
+  auto plain = open("");
+  r.seed.reset();
+  const Response drawn = plain->run(r);
+  EXPECT_EQ(drawn.seed_source, SeedSource::Drawn);
+  EXPECT_EQ(std::string(seed_source_name(drawn.seed_source)), "drawn");
+  plain->drain();
+  s = plain->stats();
+  EXPECT_EQ(s.seeds_drawn, 1);
+  EXPECT_EQ(s.seeds_derived, 0);
+}
+
+// A prompt appended to a session is evaluated after the saved ids: the seed
+// is derived from all of them, as evaluated, not from what was sent.
+TEST_F(EngineSeedRun, ASessionsSeedIsDerivedFromTheMergedIds) {
+  auto e = open(kSecret);
+  Request turn1 = request(prompt_of(20, 3), 5, 6);
+  turn1.session = "conv";
+  e->run(turn1);
+  const std::vector<TokenId> added = {40, 41, 42};
+  Request turn2 = request(added, 0, 4);
+  turn2.seed.reset();
+  turn2.session = "conv";
+  const Response r2 = e->run(turn2);
+  ASSERT_TRUE(r2.session_found);
+  ASSERT_GT(r2.prompt_ids.size(), added.size());
+  EXPECT_EQ(r2.seed, derive_seed(kSecret, "", r2.prompt_ids));
+  EXPECT_NE(r2.seed, derive_seed(kSecret, "", added));
+}
+
+// Text appended to a session is normalized like any prompt text.
+TEST_F(EngineSeedRun, NormalizedTextIsAppendedToASession) {
+  auto e = open("");
+  const std::string decomposed = "  cafe\xCC\x81 ", composed = "caf\xC3\xA9";
+  ASSERT_NE(e->tokenize(decomposed), e->tokenize(composed));
+  for (const bool normalize : {true, false}) {
+    const std::string session = normalize ? "on" : "off";
+    Request turn1 = request(prompt_of(10, 4), 5, 2);
+    turn1.session = session;
+    e->run(turn1);
+    Request turn2;
+    turn2.prompt = decomposed;
+    turn2.normalize_input = normalize;
+    turn2.session = session;
+    turn2.max_tokens = 1;
+    const Response r2 = e->run(turn2);
+    ASSERT_EQ(r2.status, Response::Status::Ok) << r2.error;
+    const std::vector<TokenId> tail = e->tokenize(normalize ? composed : decomposed);
+    ASSERT_GE(r2.prompt_ids.size(), tail.size());
+    EXPECT_TRUE(std::equal(tail.begin(), tail.end(), r2.prompt_ids.end() - tail.size()))
+        << "normalize_input " << normalize;
+  }
 }
 
 }  // namespace
