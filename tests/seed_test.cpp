@@ -118,6 +118,8 @@ TEST(EngineSeed, EngineOptionsRefuseAShortSecret) {
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(e.field(), "seed_secret");
   }
+  o.seed_secret = std::string(kMaxSeedSecretBytes + 1, 'x');
+  EXPECT_THROW(o.validate(), InvalidArgument);
   o.seed_secret = std::string(kMinSeedSecretBytes, 'x');
   EXPECT_NO_THROW(o.validate());
 }

@@ -63,7 +63,8 @@ struct EngineOptions {
   std::string fingerprint_cache_dir;  // "" = fingerprint_cache_dir() (fingerprint.h)
   // A request without a seed gets derive_seed(seed_secret, tenant, prompt
   // ids) (seed.h): the same input, the same seed, unpredictable without the
-  // secret. "" draws it from the OS instead. At least kMinSeedSecretBytes.
+  // secret. "" draws it from the OS instead. kMinSeedSecretBytes to
+  // kMaxSeedSecretBytes (seed.h).
   std::string seed_secret;
 
   // State tiers (store.h) for sessions and KV snapshots; none when both are

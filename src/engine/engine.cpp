@@ -106,10 +106,11 @@ void EngineOptions::validate() const {
   if (kv_type != DType::F16 && kv_type != DType::F32) {
     throw InvalidArgument("kv_type", fmt::format("{} must be F16 or F32", dtype_name(kv_type)));
   }
-  if (!seed_secret.empty() && seed_secret.size() < kMinSeedSecretBytes) {
-    throw InvalidArgument("seed_secret",
-                          fmt::format("{} bytes; a derivation secret has at least {}",
-                                      seed_secret.size(), kMinSeedSecretBytes));
+  if (!seed_secret.empty() &&
+      (seed_secret.size() < kMinSeedSecretBytes || seed_secret.size() > kMaxSeedSecretBytes)) {
+    throw InvalidArgument(
+        "seed_secret", fmt::format("{} bytes; a derivation secret has {} to {}", seed_secret.size(),
+                                   kMinSeedSecretBytes, kMaxSeedSecretBytes));
   }
   if (!(kv_ram_fraction > 0 && kv_ram_fraction <= 1)) {
     throw InvalidArgument("kv_ram_fraction", fmt::format("{} must be in (0, 1]", kv_ram_fraction));

@@ -6,6 +6,9 @@
 #include <unicode/uchar.h>
 #include <unicode/utf8.h>
 
+#include <cstdint>
+#include <limits>
+
 #include "encore/error.h"
 #include "encore/request.h"
 #include "encore/tokenizer.h"  // is_valid_utf8
@@ -13,6 +16,10 @@
 namespace encore {
 
 std::string normalize_text(std::string_view text, const std::string& field) {
+  // ICU indexes with int32_t.
+  if (text.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    throw InvalidArgument(field, fmt::format("{} bytes: too long to normalize", text.size()));
+  }
   if (!is_valid_utf8(text)) {
     throw InvalidArgument(field, "not valid UTF-8, which normalize_input needs to normalize it");
   }
