@@ -10,12 +10,12 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libxxhash-dev
-  libssl-dev                           # SHA-256 (audit log chain), HMAC
   libzstd-dev libhiredis-dev redis-server  # session store: compressed snapshots, Redis tier
   libboost-dev                         # encore serve: Boost.Asio + Beast (HTTP)
   libcpp-httplib-dev                   # tests: an HTTP client for encore serve
   prometheus                           # promtool: the server's /metrics is checked in a test
   libpcre2-dev libicu-dev             # tokenizer: pre-tokenizer regexes, Unicode NFC/NFD
+  libssl-dev                          # libcrypto: SHA-256 (audit log), HMAC-SHA256 (--derive-seed)
   python3
 )
 

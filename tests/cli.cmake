@@ -25,3 +25,7 @@ encore_add_test(test_cli_serve_hostile SOURCES cli_serve_hostile_test.cpp
 encore_add_test(test_cli_serve_requests
                 SOURCES cli_serve_api_test.cpp cli_serve_special_test.cpp cli_serve_session_test.cpp
                 LIBS PkgConfig::HTTPLIB_TEST LABELS cli TIMEOUT 180)
+# Seed hygiene and input normalisation through `encore serve` and `encore run`:
+# --derive-seed, encore_seed_reuse_total, --normalize-input.
+encore_add_test(test_cli_serve_seed SOURCES cli_serve_seed_test.cpp LIBS PkgConfig::HTTPLIB_TEST
+                LABELS cli TIMEOUT 300)

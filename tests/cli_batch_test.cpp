@@ -291,6 +291,32 @@ TEST_F(CliBatch, EnvelopesStdinAndDrawnSeeds) {
   EXPECT_NE(missing.err.find("cannot open"), std::string::npos) << missing.err;
 }
 
+// --normalize-input and --derive-seed hold for every line: "  cafe\u0301 " and
+// "café" are one prompt, and two seedless lines with one prompt one seed;
+// without them, two prompts and two seeds.
+TEST_F(CliBatch, NormalizeInputAndDeriveSeedApplyToEveryLine) {
+  std::vector<std::string> lines;
+  for (const char* text : {"  cafe\xCC\x81 ", "caf\xC3\xA9"}) {
+    lines.push_back(Json{{"prompt", text}, {"max_tokens", 8}, {"seed", 3}}.dump());
+  }
+  for (int k = 0; k < 2; ++k) {
+    lines.push_back(
+        Json{{"prompt", "Tom"}, {"max_tokens", 16}, {"temperature", 1.0}, {"top_k", 0}}.dump());
+  }
+  std::string err;
+  const std::vector<Json> on = batch(
+      lines, {"--normalize-input", "--derive-seed", dir_.file("secret"), "--no-progress"}, &err);
+  ASSERT_EQ(on.size(), 4u) << err;
+  EXPECT_EQ(on[0].at("prompt_ids"), on[1].at("prompt_ids"));
+  EXPECT_EQ(on[0].at("ids"), on[1].at("ids"));
+  EXPECT_EQ(on[2].at("seed"), on[3].at("seed"));
+  EXPECT_EQ(on[2].at("ids"), on[3].at("ids"));
+  const std::vector<Json> off = batch(lines, {"--no-progress"}, &err);
+  ASSERT_EQ(off.size(), 4u) << err;
+  EXPECT_NE(off[0].at("prompt_ids"), off[1].at("prompt_ids"));
+  EXPECT_NE(off[2].at("seed"), off[3].at("seed"));
+}
+
 // `encore batch` reads lines with the server's parser: an unsupported field,
 // an all-banning logit_bias and an empty session_id are error results naming
 // the field (issue 25), and the lines around them run.

@@ -1,4 +1,5 @@
-// Every `encore run` flag provably takes effect, through the real binary.
+// Every `encore run` flag provably takes effect, through the real binary
+// (--normalize-input: cli_serve_seed_test.cpp).
 //
 // A sameness test alone proves nothing: an ignored --seed passed every one we
 // had. So each flag that is part of the request is paired: two runs that
@@ -64,6 +65,19 @@ TEST_F(CliFlags, TwoSeedlessRunsDiffer) {
   const Json a = run(req), b = run(req);
   EXPECT_NE(a.at("seed"), b.at("seed"));
   EXPECT_NE(ids(a), ids(b)) << "two seedless runs gave the same output";
+}
+
+// --derive-seed: two seedless runs with one secret are the same run; another
+// secret, another seed.
+TEST_F(CliFlags, DeriveSeedRepeatsASeedlessRun) {
+  const Args req = Args{"-p", "Once upon a time", "-n", "32"} + kPure;
+  const Json a = run(req + Args{"--derive-seed", dir_.file("secret")});
+  const Json b = run(req + Args{"--derive-seed", dir_.file("secret")});
+  EXPECT_EQ(a.at("seed"), b.at("seed"));
+  EXPECT_EQ(ids(a), ids(b));
+  const Json c = run(req + Args{"--derive-seed", dir_.file("other")});
+  EXPECT_NE(c.at("seed"), a.at("seed"));
+  EXPECT_NE(ids(c), ids(a)) << "another secret gave the same output";
 }
 
 // `args` with flag set to value: replaced where it is given, else appended.

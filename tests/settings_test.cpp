@@ -378,7 +378,7 @@ TEST(Settings, StructDefaultsAreTheTables) {
   const ServerOptions server;
   visit_settings(request, same);
   visit_settings(server, same);
-  EXPECT_EQ(checked, 15 + 13);
+  EXPECT_EQ(checked, 16 + 14);
 }
 
 }  // namespace

@@ -61,6 +61,11 @@ struct EngineOptions {
   std::optional<Isa> isa;      // default: ENCORE_ISA, else the best the CPU has
   bool prefix_cache = true;
   std::string fingerprint_cache_dir;  // "" = fingerprint_cache_dir() (fingerprint.h)
+  // A request without a seed gets derive_seed(seed_secret, tenant, prompt
+  // ids) (seed.h): the same input, the same seed, unpredictable without the
+  // secret. "" draws it from the OS instead. kMinSeedSecretBytes to
+  // kMaxSeedSecretBytes (seed.h).
+  std::string seed_secret;
 
   // State tiers (store.h) for sessions and KV snapshots; none when both are
   // empty. They need the prefix cache.
@@ -121,7 +126,11 @@ struct EngineStats {
   int64_t tokens_evaluated = 0;  // tokens through the forward pass
   int64_t tokens_generated = 0;  // sampled tokens
   int64_t preemptions = 0;
-  int64_t seeds_drawn = 0;
+  int64_t seeds_drawn = 0;    // requests without a seed: drawn from the OS
+  int64_t seeds_derived = 0;  // requests without a seed: derived (EngineOptions::seed_secret)
+  // Requests whose tenant gave a seed it gave with another prompt within its
+  // last kSeedReuseWindow (seed, prompt) pairs (src/engine/seed_reuse.h).
+  int64_t seeds_reused = 0;
   // Prefix cache: prompt walks, full blocks found, their tokens, cached blocks
   // taken back by the pool for other use.
   int64_t prefix_lookups = 0;

@@ -41,6 +41,11 @@ inline constexpr size_t kMaxStopBytes = 256;   // bytes per stop string (bounds 
 inline constexpr int kMaxTopLogprobs = static_cast<int>(settings::kLogprobs.max);  // per token
 inline constexpr int kMaxSamples = static_cast<int>(settings::kN.max);             // n
 inline constexpr size_t kMaxTenantBytes = 256;
+// Tenants of the engine's own work (the server's consistency checks,
+// src/server/shadow.h) begin with this byte, which no API-key tenant
+// ([A-Za-z0-9_.-]) can: they are not clients, so their given seeds are not
+// tracked for reuse (encore_seed_reuse_total).
+inline constexpr char kInternalTenantMark = '\x1f';
 
 // Session ids (Request::session): 1 to kMaxSessionBytes bytes of
 // [A-Za-z0-9_.-], so that they are safe in file names, Redis keys and
@@ -98,9 +103,15 @@ struct Request {
   // token texts ("<s>", "<|im_start|>") in `prompt` as those tokens. Refused
   // with messages.
   bool parse_special = false;
+  // Before tokenizing, trim leading and trailing whitespace from the prompt
+  // text, each message's content and text appended to a session, and put
+  // them in Unicode NFC (docs/serving.md, "Input normalisation"). Off by
+  // default: it changes tokens. Text that is not valid UTF-8 is refused
+  // (InvalidArgument naming the field) rather than passed on unnormalised.
+  bool normalize_input = false;
 
   SamplingParams sampling;                 // repeat_last_n -1 = the context size
-  std::optional<uint64_t> seed;            // absent: drawn from the OS and reported in the Response
+  std::optional<uint64_t> seed;            // absent: drawn or derived, reported in the Response
   int32_t n = settings::kN.int_default();  // samples; sample i draws from RNG stream i
                                            // whatever n is
   // Per sample; -1: until EOG, a stop string or the context.
@@ -161,6 +172,13 @@ struct Usage {
   int64_t generated_tokens = 0;  // over all samples
 };
 
+// Where Response::seed came from: the request (or the session or resume
+// state it continues), the OS entropy source, or the engine's derivation
+// secret (EngineOptions::seed_secret, seed.h).
+enum class SeedSource { Given, Drawn, Derived };
+// "given", "drawn", "derived".
+const char* seed_source_name(SeedSource s);
+
 struct Response {
   enum class Status { Ok, Cancelled, Failed };
   Status status = Status::Ok;
@@ -185,6 +203,8 @@ struct Response {
   // Request::session named a usable saved session, which this request
   // continued (false: the session started afresh with this request's prompt).
   bool session_found = false;
+  // Where `seed` came from (the audit log records it).
+  SeedSource seed_source = SeedSource::Given;
 
   double queue_seconds = 0;     // submission to first forward step
   double prompt_seconds = 0;    // first step to the prompt's logits

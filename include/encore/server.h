@@ -92,6 +92,9 @@ struct ServerOptions {
   double shadow_rate = settings::kShadowRate.def;
   // Remarks (an audit log write error, a consistency mismatch); thread-safe.
   std::function<void(std::string_view)> log;
+  // Every request's text is normalized (Request::normalize_input), whatever
+  // the request says: the operator's choice holds for every client.
+  bool normalize_input = settings::kNormalizeInput.def != 0;
 };
 
 class Server {

@@ -235,6 +235,22 @@ inline constexpr Setting kParseSpecial{
     .fronts = kApi | kRun,
 };
 
+// A request setting that a server or a batch also sets for all its requests
+// (ServerOptions::normalize_input; `encore batch --normalize-input`).
+inline constexpr Setting kNormalizeInput{
+    .name = "normalize_input",
+    .flags = "--normalize-input",
+    .type = Type::Bool,
+    .def = 0,
+    .min = 0,
+    .max = 1,
+    .help =
+        "Trim leading and trailing whitespace and apply Unicode NFC to the prompt text, each "
+        "message's content and text appended to a session before tokenizing (changes tokens; "
+        "invalid UTF-8 is refused). serve, batch: for every request",
+    .fronts = kApi | kRun | kBatch | kServe,
+};
+
 // ---- the engine (EngineOptions: engine.h; the CLI's EngineFlags) -------------
 
 inline constexpr unsigned kEngineFronts = kRun | kChat | kBatch | kServe;
@@ -545,6 +561,7 @@ void visit_settings(R& r, V&& v) {
   v(settings::kSeed, r.seed);
   v(settings::kIgnoreEos, r.ignore_eos);
   v(settings::kParseSpecial, r.parse_special);
+  v(settings::kNormalizeInput, r.normalize_input);
 }
 
 template <class F, class V>
@@ -575,6 +592,7 @@ void visit_settings(O& o, V&& v) {
   v(settings::kMaxBodyBytes, o.max_body_bytes);
   v(settings::kRequestTimeout, o.request_timeout);
   v(settings::kShadowRate, o.shadow_rate);
+  v(settings::kNormalizeInput, o.normalize_input);
 }
 
 template <class F, class V>

@@ -598,6 +598,9 @@ Request parse_request(const json& body, Endpoint endpoint) {
   if (const json* v = find(body, settings::kIgnoreEos.name)) {
     r.ignore_eos = get_bool(*v, settings::kIgnoreEos);
   }
+  if (const json* v = find(body, settings::kNormalizeInput.name)) {
+    r.normalize_input = get_bool(*v, settings::kNormalizeInput);
+  }
   check_unsupported(body, endpoint, r);
   return r;
 }

@@ -117,7 +117,9 @@ Json request_record(std::string_view id, std::string_view endpoint, std::string_
   }
   req["prompt"] = std::move(prompt);
   req["chat_template"] = r.chat_template;
+  req["normalize_input"] = e.normalize_input;
   req["seed"] = r.seed;
+  req["seed_source"] = seed_source_name(r.seed_source);
   req["max_tokens"] = e.max_tokens;
   req["generation"] = generation_json(e);
   if (!e.session.empty()) {

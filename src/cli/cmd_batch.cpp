@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/result_json.h"
+#include "cli/setting_flags.h"
 #include "encore/audit.h"
 #include "encore/engine.h"
 #include "encore/error.h"
@@ -40,6 +41,7 @@ struct BatchArgs {
   std::string chat_template;  // for chat lines of a model without (or with another) template
   bool progress_on = false;   // --progress: draw the bar even when stderr is no terminal
   bool progress_off = false;  // --no-progress
+  bool normalize_input = settings::kNormalizeInput.def != 0;  // for every line, whatever it says
 };
 
 // Lines of the input, each at most api::kMaxLineBytes: a longer line is
@@ -128,7 +130,7 @@ class ResultsOut {
 
 // One input line submitted (or refused: its error result kept).
 Pending submit_line(Engine& engine, const LineReader::Line& line, size_t line_no,
-                    const std::string& chat_template) {
+                    const BatchArgs& a) {
   Pending p;
   p.line = line_no;
   if (line.too_long) {
@@ -143,7 +145,8 @@ Pending submit_line(Engine& engine, const LineReader::Line& line, size_t line_no
     p.custom_id = b.custom_id;
     Request& r = b.request;
     r.stream = false;
-    if (!r.messages.empty() && r.chat_template.empty()) r.chat_template = chat_template;
+    if (!r.messages.empty() && r.chat_template.empty()) r.chat_template = a.chat_template;
+    if (a.normalize_input) r.normalize_input = true;
     p.n = r.n;
     p.logprobs = r.logprobs;
     p.handle = engine.submit(std::move(r));
@@ -283,7 +286,7 @@ void run_batch(const BatchArgs& a) {
     ++line_no;
     if (!line.too_long && blank(line.text)) continue;
     if (window.size() >= static_cast<size_t>(a.max_in_flight)) write_front();
-    window.push_back(submit_line(*engine, line, line_no, a.chat_template));
+    window.push_back(submit_line(*engine, line, line_no, a));
     while (!window.empty() && (window.front().error || window.front().handle.done())) {
       write_front();
     }
@@ -316,7 +319,7 @@ void add_batch_command(CLI::App& app) {
   sub->add_option("-o,--output", args->output,
                   "Results, one JSON object per line in input order (- : stdout); written to "
                   "FILE.tmp and renamed when complete");
-  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag, settings::kBatch);
+  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kSeedFlag, settings::kBatch);
   add_audit_flags(sub, args->audit, settings::kBatch);
   sub->add_option("--max-in-flight", args->max_in_flight,
                   "Requests submitted ahead of the oldest unfinished one")
@@ -327,6 +330,7 @@ void add_batch_command(CLI::App& app) {
   sub->add_flag("--progress", args->progress_on,
                 "Progress bar on stderr (default: when stderr is a terminal)");
   sub->add_flag("--no-progress", args->progress_off, "No progress bar");
+  add_setting_flag(sub, settings::kNormalizeInput, args->normalize_input);
   sub->callback([args] { run_batch(*args); });
 }
 

@@ -134,6 +134,7 @@ Request request_from_flags(const RunArgs& a) {
   r.n = a.request.n;
   r.stop = a.stop;
   r.ignore_eos = a.request.ignore_eos;
+  r.normalize_input = a.request.normalize_input;
   return r;
 }
 
@@ -340,7 +341,7 @@ void add_run_command(CLI::App& app) {
                       "appended to its conversation) and save it at the end")
           ->type_name("NAME");
   session->excludes(resume);
-  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags, settings::kRun);
+  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags | kSeedFlag, settings::kRun);
   sub->add_flag("--json", args->json, "Print one JSON object instead of streaming text");
   sub->add_flag("--chat,--conversation", args->chat,
                 "Send the prompt as a user message through the model's chat template (one turn)");

@@ -135,7 +135,8 @@ void add_serve_command(CLI::App& app) {
   // The limits (settings.h), checked again by Server::create with the same table.
   add_setting_flags(sub, args->server, settings::kServe);
   add_setting_flag(sub, settings::kShutdownGrace, args->shutdown_grace_s);
-  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kStateFlags, settings::kServe);
+  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kStateFlags | kSeedFlag,
+                   settings::kServe);
   add_audit_flags(sub, args->audit, settings::kServe);
   sub->callback([args] { run_serve(*args); });
 }

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/setting_flags.h"
 #include "encore/error.h"
+#include "encore/seed.h"
 #include "encore/thread_pool.h"
 
 namespace encore::cli {
@@ -28,6 +29,14 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::
   if (groups & kPrefixFlag) {
     sub->add_flag("--prefix-cache,!--no-prefix-cache", f.prefix_cache,
                   "Share the KV of common prompt prefixes (default: on)");
+  }
+  if (groups & kSeedFlag) {
+    sub->add_option("--derive-seed", f.derive_seed,
+                    "A request without a seed gets HMAC-SHA256(secret in FILE, tenant, prompt ids) "
+                    "as its seed (reported as always): the same input gives the same output, "
+                    "unpredictable without the secret. FILE: mode 0600, at least 32 bytes; created "
+                    "with 32 random bytes when missing")
+        ->type_name("FILE");
   }
   if (groups & kStateFlags) {
     sub->add_option("--state-dir", f.state_dir,
@@ -61,6 +70,7 @@ EngineOptions engine_options(const std::string& model, const EngineFlags& f, boo
   o.state_ttl = std::chrono::milliseconds(static_cast<int64_t>(f.state_ttl_s * 1000.0));
   o.state_max_bytes = static_cast<uint64_t>(f.state_max_mib * 1048576.0);
   o.tenant_shares.default_bytes = static_cast<uint64_t>(f.tenant_state_mib * 1048576.0);
+  if (!f.derive_seed.empty()) o.seed_secret = load_seed_secret(f.derive_seed, "--derive-seed");
   o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   return o;
 }

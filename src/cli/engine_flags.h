@@ -27,6 +27,7 @@ struct EngineFlags {
   double state_ttl_s = settings::kStateTtl.def;
   double state_max_mib = settings::kStateMaxMib.def;
   double tenant_state_mib = settings::kTenantStateMib.def;
+  std::string derive_seed;  // --derive-seed FILE: the secret's file
 };
 
 // Which groups of the flags outside the table a command has; the table's
@@ -36,6 +37,7 @@ enum EngineFlagGroups : unsigned {
   kComputeFlags = 1,  // --isa --kv-type --mmap/--no-mmap
   kPrefixFlag = 8,    // --prefix-cache/--no-prefix-cache
   kStateFlags = 16,   // --state-dir --redis
+  kSeedFlag = 32,     // --derive-seed
 };
 void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::Front front);
 

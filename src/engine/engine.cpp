@@ -13,6 +13,7 @@
 
 #include "encore/error.h"
 #include "encore/fingerprint.h"
+#include "encore/seed.h"
 #include "engine/engine_impl.h"
 #include "util/text.h"
 
@@ -104,6 +105,12 @@ void EngineOptions::validate() const {
   settings::check(settings::kBatchTokens, batch_tokens);
   if (kv_type != DType::F16 && kv_type != DType::F32) {
     throw InvalidArgument("kv_type", fmt::format("{} must be F16 or F32", dtype_name(kv_type)));
+  }
+  if (!seed_secret.empty() &&
+      (seed_secret.size() < kMinSeedSecretBytes || seed_secret.size() > kMaxSeedSecretBytes)) {
+    throw InvalidArgument(
+        "seed_secret", fmt::format("{} bytes; a derivation secret has {} to {}", seed_secret.size(),
+                                   kMinSeedSecretBytes, kMaxSeedSecretBytes));
   }
   if (!(kv_ram_fraction > 0 && kv_ram_fraction <= 1)) {
     throw InvalidArgument("kv_ram_fraction", fmt::format("{} must be in (0, 1]", kv_ram_fraction));
@@ -307,6 +314,8 @@ void Engine::Impl::publish_stats() {
   s.requests_failed = o.requests_failed;
   s.requests_submitted = submitted.load();
   s.seeds_drawn = seeds_drawn.load();
+  s.seeds_derived = seeds_derived.load();
+  s.seeds_reused = seeds_reused.load();
   s.prefix_evictions = pool->evictions();
   s.kv_blocks_total = pool->n_blocks();
   s.kv_blocks_used = pool->n_used();

@@ -25,6 +25,7 @@
 #include "engine/execute/runner.h"
 #include "engine/output/output.h"
 #include "engine/schedule/scheduler.h"
+#include "engine/seed_reuse.h"
 #include "engine/session/persist.h"
 
 namespace encore {
@@ -56,6 +57,9 @@ struct Engine::Impl {
   uint64_t next_order = 0;            // guarded by mu
   std::atomic<int64_t> submitted{0};  // counted before the job is queued
   std::atomic<int64_t> seeds_drawn{0};
+  std::atomic<int64_t> seeds_derived{0};
+  std::atomic<int64_t> seeds_reused{0};
+  SeedReuse seed_reuse;  // per tenant, bounded (seed_reuse.h)
   mutable std::mutex stats_mu;
   EngineStats stats;  // snapshot after each scheduler iteration
   std::thread thread;

@@ -34,6 +34,18 @@ FinishReason finish_reason_from_name(std::string_view name) {
       fmt::format("unknown finish reason '{}' (expected eog, length, context or stop)", name));
 }
 
+const char* seed_source_name(SeedSource s) {
+  switch (s) {
+    case SeedSource::Given:
+      return "given";
+    case SeedSource::Drawn:
+      return "drawn";
+    case SeedSource::Derived:
+      return "derived";
+  }
+  return "?";
+}
+
 std::string output_hash(const std::vector<TokenId>& ids) {
   std::vector<uint8_t> bytes;  // little-endian int32 per id, whatever the host order
   bytes.reserve(ids.size() * 4);

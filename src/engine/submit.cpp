@@ -4,13 +4,16 @@
 // scheduler is a Job that can run.
 #include <fmt/format.h>
 #include <sys/random.h>
+#include <xxhash.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "encore/chat_template.h"
 #include "encore/error.h"
+#include "encore/seed.h"
 #include "engine/engine_impl.h"
+#include "engine/normalize.h"
 #include "util/text.h"
 
 namespace encore {
@@ -38,9 +41,7 @@ uint64_t entropy_seed() {
     }
     got += static_cast<size_t>(r);
   }
-  // 53 bits: JSON readers that hold numbers as doubles (JavaScript) read a
-  // reported seed back exactly, so it reproduces the output there too.
-  return seed & ((uint64_t{1} << 53) - 1);
+  return seed & kSeedMask;  // read back exactly from JSON as a double (seed.h)
 }
 
 // Token ids of a prompt text: BOS/EOS as the model's metadata asks (add_bos /
@@ -264,13 +265,23 @@ std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
   return prompt;
 }
 
-// The samples' samplers (the seed drawn if none was given), decoders and
-// stop strings, fresh or restored from the request's resume states.
+// The samples' samplers (the seed derived or drawn if none was given),
+// decoders and stop strings, fresh or restored from the request's resume
+// states.
 void Engine::Impl::make_samples(Job& job, Request& r) {
   const std::vector<TokenId>& prompt = job.prompt;
   const auto p = static_cast<int64_t>(prompt.size());
-  if (!r.seed) {
+  if (r.seed) {
+    job.response.seed_source = SeedSource::Given;
+  } else if (!options.seed_secret.empty()) {
+    // From the ids the engine evaluates (a session's merged ones included),
+    // so the seed follows what the model sees, not how it was sent.
+    r.seed = derive_seed(options.seed_secret, r.tenant, prompt);
+    job.response.seed_source = SeedSource::Derived;
+    ++seeds_derived;
+  } else {
     r.seed = entropy_seed();
+    job.response.seed_source = SeedSource::Drawn;
     ++seeds_drawn;
   }
   SamplingParams sp = r.sampling;
@@ -294,6 +305,9 @@ void Engine::Impl::make_samples(Job& job, Request& r) {
 
 std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   r.validate(info.n_vocab);
+  // Before a session merges the text into its ids: appended text is
+  // normalized too.
+  if (r.normalize_input) normalize_request_text(r);
   auto job = std::make_unique<Job>();
   Response& resp = job->response;
   resp.prompt_text = r.prompt;  // a chat's is the rendered text (prompt_of)
@@ -332,6 +346,14 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   resp.seed = *r.seed;
   resp.prompt_ids = prompt;
   resp.usage.prompt_tokens = p;
+  // Counted once the request is known to run. The ids' bytes are hashed as
+  // they lie in memory: the hash is compared within this process only.
+  const bool client = r.tenant.empty() || r.tenant[0] != kInternalTenantMark;
+  if (resp.seed_source == SeedSource::Given && client &&
+      seed_reuse.given(r.tenant, *r.seed,
+                       XXH3_64bits(prompt.data(), prompt.size() * sizeof(TokenId)))) {
+    ++seeds_reused;
+  }
   resp.effective = std::move(r);
   resp.effective.prompt.clear();
   resp.effective.messages.clear();

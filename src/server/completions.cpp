@@ -150,6 +150,8 @@ void Server::Impl::complete(Exchange& ex) {
   if (chat && request.chat_template.empty()) request.chat_template = opt.chat_template;
   request.tenant = admitted->tenant;  // never from the client
   request.stream = true;              // events drive both kinds of answer
+  // The operator's choice holds for every client (ServerOptions).
+  if (opt.normalize_input) request.normalize_input = true;
 
   auto handle = std::make_shared<RequestHandle>();
   try {

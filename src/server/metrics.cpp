@@ -165,6 +165,13 @@ std::string Metrics::render(const EngineStats& e,
   out += fmt::format("encore_redis_errors_total {}\n", redis_errors);
   single("encore_seeds_drawn_total", "counter", "Requests without a seed (one was drawn).",
          e.seeds_drawn);
+  single("encore_seeds_derived_total", "counter",
+         "Requests without a seed (one was derived from the --derive-seed secret).",
+         e.seeds_derived);
+  single("encore_seed_reuse_total", "counter",
+         "Requests giving a seed their tenant gave recently with another prompt (counted, not "
+         "refused).",
+         e.seeds_reused);
   return out;
 }
 

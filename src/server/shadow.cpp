@@ -11,15 +11,13 @@
 namespace encore::server {
 namespace {
 
-// The prefix-cache salt of one check: never a real tenant's (a control
-// character cannot come from a keys file) and never another check's, so a
+// The prefix-cache salt of one check: never a real tenant's (it begins
+// with kInternalTenantMark) and never another check's, so a
 // check shares no KV with any answer or check: its prompt is computed
 // again. (Its blocks stay cached, unused, until the pool needs them.)
 std::string check_tenant(const std::string& tenant, uint64_t number) {
-  return fmt::format(
-      "\x1f"
-      "check:{:016x}:{}",
-      XXH3_64bits(tenant.data(), tenant.size()), number);
+  return fmt::format("{}check:{:016x}:{}", kInternalTenantMark,
+                     XXH3_64bits(tenant.data(), tenant.size()), number);
 }
 
 }  // namespace

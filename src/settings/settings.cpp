@@ -27,6 +27,7 @@ constexpr const Setting* kAll[] = {
     &kSeed,
     &kIgnoreEos,
     &kParseSpecial,
+    &kNormalizeInput,
     &kThreads,
     &kCtxSize,
     &kBatchTokens,
