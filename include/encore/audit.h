@@ -59,7 +59,7 @@ inline constexpr size_t kMaxLineBytes = 16u << 20;   // a longer line is not an 
 inline constexpr size_t kMaxQueueBytes = 64u << 20;  // append() waits while this is queued
 // How long append() waits for room before it drops the record (counted).
 inline constexpr std::chrono::seconds kMaxQueueWait{30};
-inline constexpr const char* kGenesis =              // "prev" of the first line
+inline constexpr const char* kGenesis =  // "prev" of the first line
     "0000000000000000000000000000000000000000000000000000000000000000";
 
 // SHA-256 of `bytes`, 64 lowercase hex digits; of token ids, over their
