@@ -525,7 +525,13 @@ TEST(AuditKill, AKilledServerLeavesAtMostATornLine) {
   const Replayed r = replay({log, "-m", kModel});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.summary["differs"], 0);
-  EXPECT_GE(r.summary["identical"].get<int>(), 10);
+  int logged = 0;  // the request lines the kill left whole: every one replays identical
+  for (const std::string& l : read_lines(log)) {
+    const Json j = Json::parse(l, nullptr, false);
+    logged += !j.is_discarded() && j["type"] == "request";
+  }
+  EXPECT_GE(logged, 1);
+  EXPECT_EQ(r.summary["identical"], logged);
 
   // A torn tail, as a crash mid-write leaves it; the next start recovers it.
   std::string text = read_file(log);
