@@ -7,12 +7,14 @@
 #   3. SIGKILL of the server under load: `encore audit verify`, then `encore replay`.
 # Loopback only; every server is stopped at the end. Run on a quiet machine.
 #
-# usage: bench/audit_load.sh MODEL [ROUND_SECONDS] [ROUNDS] [THREADS]
+# usage: bench/audit_load.sh MODEL [ROUND_SECONDS] [ROUNDS] [THREADS] [PARTS]
+#   PARTS: which of 1, 2, 3 to run (default 123)
 set -euo pipefail
-model=${1:?usage: audit_load.sh MODEL [ROUND_SECONDS] [ROUNDS] [THREADS]}
+model=${1:?usage: audit_load.sh MODEL [ROUND_SECONDS] [ROUNDS] [THREADS] [PARTS]}
 secs=${2:-30}
 rounds=${3:-2}
 threads=${4:-2}
+parts=${5:-123}
 here=$(cd "$(dirname "$0")/.." && pwd)
 encore="$here/build/bin/encore"
 work=$(mktemp -d "${TMPDIR:-/tmp}/encore-audit-load.XXXXXX")
@@ -37,13 +39,16 @@ load() {  # load SECONDS: the load test's tokens/s
     | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["tokens_per_s"], r["requests"], r["failed"])'
 }
 
+if [[ $parts == *1* ]]; then
 echo "== 1. throughput without / with --audit-log ($rounds alternated rounds of $secs s)"
 for r in $(seq "$rounds"); do
   start; echo "round $r, no audit log:  tok/s requests failed = $(load "$secs")"; stop
   start --audit-log "$work/a$r.log"
   echo "round $r, --audit-log:     tok/s requests failed = $(load "$secs")"; stop
 done
+fi
 
+if [[ $parts == *2* ]]; then
 echo "== 2. --audit-log --shadow-rate 1 ($((secs * 2)) s)"
 start --audit-log "$work/shadow.log" --shadow-rate 1
 load $((secs * 2)) | sed 's/^/tok\/s requests failed = /'
@@ -54,7 +59,9 @@ done
 curl -s "localhost:$port/metrics" | grep -E '^encore_consistency_(checks|mismatches|skipped)'
 stop
 "$encore" replay "$work/shadow.log" -m "$model" -t "$threads" --no-progress | tail -n 3
+fi
 
+if [[ $parts == *3* ]]; then
 echo "== 3. SIGKILL under load"
 start --audit-log "$work/killed.log" --audit-fsync always
 python3 "$here/bench/load_test.py" --port "$port" --clients 32 --duration "$secs" --no-alone \
@@ -65,4 +72,5 @@ kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=""
 wait "$loadpid" 2>/dev/null || true
 "$encore" audit verify "$work/killed.log" || true
 "$encore" replay "$work/killed.log" -m "$model" -t "$threads" --no-progress | tail -n 3
+fi
 echo "logs in $work"
