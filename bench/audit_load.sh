@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The audit log's cost and checks under load (docs/audit.md, "Cost"):
-#   1. throughput without and with --audit-log, alternated rounds (bench/load_test.py,
-#      32 clients, no "alone" phase);
+#   1. throughput and the server's CPU per token without and with --audit-log, alternated
+#      rounds (bench/load_test.py, 32 clients, no "alone" phase). On a shared VM the CPU per
+#      token is the steadier number; the first run of a pair tends to be the faster;
 #   2. --audit-log with --shadow-rate 1: mismatches from /metrics, then `encore replay`
 #      of the log;
 #   3. SIGKILL of the server under load: `encore audit verify`, then `encore replay`.
@@ -34,9 +35,13 @@ start() {  # start ARGS...: a server on $port, ready
   exit 1
 }
 stop() { kill "$pid"; wait "$pid" || true; pid=""; }
-load() {  # load SECONDS: the load test's tokens/s
-  python3 "$here/bench/load_test.py" --port "$port" --clients 32 --duration "$1" --no-alone \
-    | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["tokens_per_s"], r["requests"], r["failed"])'
+cpu() { awk '{print ($14 + $15) / 100}' "/proc/$pid/stat"; }  # the server's CPU seconds
+load() {  # load SECONDS: tokens/s, requests, failed, and the server's CPU ms per token
+  local c0 r
+  c0=$(cpu)
+  r=$(python3 "$here/bench/load_test.py" --port "$port" --clients 32 --duration "$1" --no-alone \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["tokens_per_s"], r["requests"], r["failed"], r["tokens_per_s"] * r["duration_s"])')
+  echo "$r $(cpu) $c0" | awk '{printf "%s %s %s, server CPU %.2f ms/token\n", $1, $2, $3, 1000 * ($5 - $6) / $4}'
 }
 
 if [[ $parts == *1* ]]; then
