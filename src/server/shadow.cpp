@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "encore/error.h"
-#include "encore/run_state.h"
 
 namespace encore::server {
 namespace {
@@ -148,21 +147,16 @@ void ShadowChecker::compare(Check& c) {
     }
   }
   if (result == "mismatch" && log_) {
-    // Everything needed to run it again: the request as the engine ran it.
-    const Request& e = c.served.effective;
-    audit::Json req;
-    req["prompt_ids"] =
-        redact_ ? audit::Json(audit::ids_sha256(e.prompt_ids)) : audit::Json(e.prompt_ids);
-    req["seed"] = c.served.seed;
-    req["max_tokens"] = e.max_tokens;
-    req["generation"] = generation_json(e);
-    req["resumed_states"] =
-        e.resume.empty() ? audit::Json(nullptr) : audit::Json(audit::states_hash(e.resume));
-    log_(
-        fmt::format("consistency: MISMATCH in request {} (tenant '{}'): {}; the request as the "
-                    "engine ran it: {}; `encore replay` on the audit log re-runs it",
-                    c.id, c.tenant, detail,
-                    req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+    // Everything needed to run it again: the request's own audit record
+    // (the request as the engine ran it, and what was served).
+    const audit::Json req =
+        audit::request_record(c.id, "consistency check", c.tenant, {"completed", "", 0}, &c.served,
+                              engine_.info(), redact_);
+    log_(fmt::format(
+        "consistency: MISMATCH in request {} (tenant '{}'): {}; the request as the "
+        "engine ran it and what was served: {}; `encore replay` on the audit log re-runs it",
+        c.id, c.tenant, detail,
+        req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   }
   if (audit_ != nullptr) {
     audit::Json line;
