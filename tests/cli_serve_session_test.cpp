@@ -3,14 +3,18 @@
 // unrelated story), every answer says whether it continued a saved session,
 // and a tenant's share of the state tiers (`state_mib=N` on its API-key line)
 // keeps another tenant's writes from evicting its sessions — which they do
-// without shares.
+// without shares. Issue 28: a conversation replays by default (a new turn
+// without a seed takes the last turn's seed + 1), on one server and across
+// two replicas sharing Redis; the X-Session-Id header names the session.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "serve_fixture.h"
 #include "shared_data.h"
@@ -45,6 +49,8 @@ class ServeSession : public ::testing::Test {
     }
     return status;
   }
+
+ public:
   // Waits until every state record queued for the tiers is written (the
   // gauge in /metrics reads 0), up to 60 s: whether it did.
   static bool wait_for_writes(ServeProcess& s) {
@@ -135,6 +141,133 @@ TEST_F(ServeSession, ATenantsShareKeepsAnothersSessions) {
       EXPECT_EQ(status, 404) << "without shares the directory cap takes Bob's session";
     }
   }
+}
+
+// The value of an unlabelled counter or gauge in /metrics (-1 when absent).
+double metric(ServeProcess& s, const std::string& name) {
+  httplib::Client c = s.client();
+  auto r = c.Get("/metrics");
+  if (!r) return -1;
+  const std::string key = "\n" + name + " ";
+  const size_t at = r->body.find(key);
+  return at == std::string::npos ? -1 : std::stod(r->body.substr(at + key.size()));
+}
+
+struct Turn {
+  std::string text;
+  uint64_t seed = 0;
+  bool continued = false;
+};
+
+// Three turns of one conversation, a seed on the first only; turn 1 on
+// `first`, turns 2 and 3 on `rest`, each sent as soon as the one before was
+// answered. The session is named by the X-Session-Id header alone.
+// before_first, after_first: run just before turn 1 is sent and just after
+// its answer came.
+std::vector<Turn> conversation(ServeProcess& first, ServeProcess& rest, const std::string& session,
+                               uint64_t seed, const std::function<void()>& before_first = {},
+                               const std::function<void()>& after_first = {}) {
+  const std::vector<std::string> prompts = {"Once upon a time", " Tom went to the park.",
+                                            " Then the sun came out."};
+  std::vector<Turn> turns;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ServeProcess& s = i == 0 ? first : rest;
+    if (i == 0 && before_first) before_first();
+    Json body = {{"prompt", prompts[i]}, {"max_tokens", 12}};
+    if (i == 0) body["seed"] = seed;
+    int status = 0;
+    const Json j = post_json(s, "/v1/completions", body, &status, {{"X-Session-Id", session}});
+    EXPECT_EQ(status, 200) << j.dump();
+    if (status != 200) return turns;
+    turns.push_back({j["choices"][0]["text"].get<std::string>(), j["seed"].get<uint64_t>(),
+                     j.value("session_continued", false)});
+    if (i == 0 && after_first) after_first();
+  }
+  return turns;
+}
+
+std::vector<std::string> texts(const std::vector<Turn>& turns) {
+  std::vector<std::string> t;
+  for (const Turn& x : turns) t.push_back(x.text);
+  return t;
+}
+
+TEST_F(ServeSession, AConversationReplaysWithoutRepeatingSeedsOnOneServerAndAcrossReplicas) {
+  TempDir d;
+  RedisServer redis;
+  ServeProcess a(model_, {"--state-dir", d.file("a"), "--redis", redis.url()});
+  ServeProcess b(model_, {"--state-dir", d.file("b"), "--redis", redis.url()});
+  ASSERT_TRUE(a.ready()) << a.stderr_text();
+  ASSERT_TRUE(b.ready()) << b.stderr_text();
+
+  const std::vector<Turn> once = conversation(a, a, "once", 41);
+  const std::vector<Turn> twice = conversation(a, a, "twice", 41);
+  // Redis takes 300 ms to accept turn 1's writes; its answer waits for them
+  // (--async-session-writes would not): when it comes, the session is in
+  // Redis and nothing is left to write, as a replica killed right then needs.
+  const std::vector<Turn> hop = conversation(
+      a, b, "hop", 41, [&] { ASSERT_EQ(redis.cli("CLIENT PAUSE 300 WRITE"), "OK\n"); },
+      [&] {
+        EXPECT_EQ(metric(a, "encore_state_write_queue_bytes"), 0);
+        EXPECT_NE(redis.cli("--scan --pattern '*:session/hop'"), "");
+      });
+  ASSERT_EQ(once.size(), 3u);
+  EXPECT_EQ(texts(twice), texts(once));
+  EXPECT_EQ(texts(hop), texts(once));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(once[i].seed, 41 + i) << "turn " << i + 1 << " reports the seed it used";
+    EXPECT_EQ(hop[i].seed, 41 + i);
+    EXPECT_EQ(hop[i].continued, i > 0) << "turn " << i + 1 << " continued the saved session";
+  }
+  // Replica b continued a session it never saw: its KV came from Redis.
+  EXPECT_GE(metric(b, "encore_requests_restored_total"), 1);
+  EXPECT_EQ(metric(b, "encore_seeds_session_total"), 2);
+  EXPECT_EQ(metric(a, "encore_requests_restored_total"), 0) << "a's turns hit its RAM cache";
+
+  // Changes when it should: another first seed changes the later turns too,
+  int status = 0;
+  const std::vector<Turn> other = conversation(a, a, "other", 42);
+  ASSERT_EQ(other.size(), 3u);
+  EXPECT_NE(other[1].text, once[1].text);
+  EXPECT_NE(other[2].text, once[2].text);
+  // and an explicit seed on a later turn wins over the derived one.
+  post_json(a, "/v1/completions",
+            {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"seed", 41}}, &status,
+            {{"X-Session-Id", "explicit"}});
+  ASSERT_EQ(status, 200);
+  const Json two = post_json(
+      a, "/v1/completions", {{"prompt", " Tom went to the park."}, {"max_tokens", 12}, {"seed", 7}},
+      &status, {{"X-Session-Id", "explicit"}});
+  ASSERT_EQ(status, 200) << two.dump();
+  EXPECT_EQ(two["seed"], 7);
+  EXPECT_NE(two["choices"][0]["text"], once[1].text);
+}
+
+TEST_F(ServeSession, TheSessionHeaderMustAgreeWithTheBody) {
+  TempDir d;
+  ServeProcess s(model_, {"--state-dir", d.file("state"), "--chat-template", "chatml"});
+  ASSERT_TRUE(s.ready()) << s.stderr_text();
+  int status = 0;
+  const Json body = {{"prompt", "Tom"}, {"max_tokens", 2}, {"session_id", "body-id"}};
+  Json j = post_json(s, "/v1/completions", body, &status, {{"X-Session-Id", "header-id"}});
+  EXPECT_EQ(status, 400) << j.dump();
+  EXPECT_EQ(j["error"]["param"], "session_id");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("differ"), std::string::npos);
+  j = post_json(s, "/v1/completions", body, &status, {{"X-Session-Id", "a b"}});
+  EXPECT_EQ(status, 400) << j.dump();
+  j = post_json(s, "/v1/completions", body, &status,
+                {{"X-Session-Id", "body-id"}, {"x-session-id", "other"}});
+  EXPECT_EQ(status, 400) << j.dump();
+  // Equal: one session, as with the body alone.
+  j = post_json(s, "/v1/completions", body, &status, {{"X-Session-Id", "body-id"}});
+  EXPECT_EQ(status, 200) << j.dump();
+  EXPECT_EQ(j["session_id"], "body-id");
+  // Alone, on the chat endpoint too, the header names the session.
+  j = post_json(s, "/v1/chat/completions",
+                {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}}, &status,
+                {{"X-Session-Id", "chat-id"}});
+  EXPECT_EQ(status, 200) << j.dump();
+  EXPECT_EQ(j["session_id"], "chat-id");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "cli_runner.h"
 #include "redis_server.h"
@@ -58,6 +59,29 @@ class CliSession : public ::testing::Test {
   std::string model_;
   TempDir dir_;
 };
+
+// Issue 28: a new turn without --seed takes the last turn's seed + 1, so the
+// same conversation replays without the client repeating seeds; --seed
+// still wins.
+TEST_F(CliSession, ANewTurnWithoutASeedFollowsFromTheLastTurn) {
+  auto turns = [&](const std::string& name, const std::string& seed, const Args& second = {}) {
+    const Json a =
+        run(Args{"-p", "Once upon a time", "--seed", seed, "-n", "12", "--session", name} +
+            kSampling + state());
+    const Json b = run(Args{"-p", " Tom went to the park.", "-n", "12", "--session", name} +
+                       second + kSampling + state());
+    return std::vector<Json>{a, b};
+  };
+  const std::vector<Json> one = turns("one", "7"), two = turns("two", "7");
+  EXPECT_EQ(one[1].value("seed", 0), 8);
+  EXPECT_EQ(ids(two[1]), ids(one[1]));
+  EXPECT_EQ(two[1].value("seed", 0), 8);
+  const std::vector<Json> other = turns("other", "9"), given = turns("given", "7", {"--seed", "3"});
+  EXPECT_EQ(other[1].value("seed", 0), 10);
+  EXPECT_NE(ids(other[1]), ids(one[1]));
+  EXPECT_EQ(given[1].value("seed", 0), 3);
+  EXPECT_NE(ids(given[1]), ids(one[1]));
+}
 
 TEST_F(CliSession, ContinuesExactlyInANewProcessFromTheDisk) {
   const Json whole =

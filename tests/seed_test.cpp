@@ -199,22 +199,36 @@ TEST_F(EngineSeedRun, ResponseSaysWhereTheSeedCameFrom) {
   EXPECT_EQ(s.seeds_derived, 0);
 }
 
-// A prompt appended to a session is evaluated after the saved ids: the seed
-// is derived from all of them, as evaluated, not from what was sent.
-TEST_F(EngineSeedRun, ASessionsSeedIsDerivedFromTheMergedIds) {
+// A new turn of a session without a seed takes the session's (the last
+// turn's + 1, issue 28), even with a secret: the conversation counts its
+// turns as `encore chat` does. Its first turn was derived like any prompt.
+TEST_F(EngineSeedRun, ASessionsNextTurnFollowsTheSessionsSeedEvenWithASecret) {
   auto e = open(kSecret);
   Request turn1 = request(prompt_of(20, 3), 5, 6);
+  turn1.seed.reset();
   turn1.session = "conv";
-  e->run(turn1);
+  const Response r1 = e->run(turn1);
+  EXPECT_EQ(r1.seed_source, SeedSource::Derived);
+  EXPECT_EQ(r1.seed, derive_seed(kSecret, "", r1.prompt_ids));
   const std::vector<TokenId> added = {40, 41, 42};
   Request turn2 = request(added, 0, 4);
   turn2.seed.reset();
   turn2.session = "conv";
   const Response r2 = e->run(turn2);
   ASSERT_TRUE(r2.session_found);
-  ASSERT_GT(r2.prompt_ids.size(), added.size());
-  EXPECT_EQ(r2.seed, derive_seed(kSecret, "", r2.prompt_ids));
-  EXPECT_NE(r2.seed, derive_seed(kSecret, "", added));
+  EXPECT_EQ(r2.seed_source, SeedSource::Session);
+  EXPECT_EQ(r2.seed, r1.seed + 1);
+  EXPECT_EQ(r2.effective.seed, r2.seed);
+  // An explicit seed wins, and the next turn counts on from it.
+  Request turn3 = request(added, 77, 4);
+  turn3.session = "conv";
+  EXPECT_EQ(e->run(turn3).seed_source, SeedSource::Given);
+  Request turn4 = request(added, 0, 4);
+  turn4.seed.reset();
+  turn4.session = "conv";
+  EXPECT_EQ(e->run(turn4).seed, 78u);
+  e->drain();
+  EXPECT_EQ(e->stats().seeds_session, 2);
 }
 
 // Text appended to a session is normalized like any prompt text.

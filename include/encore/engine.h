@@ -73,6 +73,11 @@ struct EngineOptions {
   std::string redis_url;  // redis://host:port[/db]
   uint64_t state_max_bytes = 8ull << 30;   // size cap of the directory
   std::chrono::milliseconds state_ttl{0};  // records expire after this (0: never)
+  // A session's answer ends (RequestHandle::wait returns, a stream's last
+  // event comes) only once its record and KV blocks are written to the
+  // tiers, so a process that dies after answering loses no turn. true: the
+  // answer comes first and the write follows within milliseconds.
+  bool async_session_writes = false;  // settings::kAsyncSessionWrites
   // Each tenant's share of each tier (store.h, TenantShares): a tenant with
   // one keeps its sessions and KV blocks within it (its own least recently
   // used records go first; a record larger than the share is not stored,
@@ -128,6 +133,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t seeds_drawn = 0;    // requests without a seed: drawn from the OS
   int64_t seeds_derived = 0;  // requests without a seed: derived (EngineOptions::seed_secret)
+  int64_t seeds_session = 0;  // new turns of a session without a seed: the last turn's + 1
   // Requests whose tenant gave a seed it gave with another prompt within its
   // last kSeedReuseWindow (seed, prompt) pairs (src/engine/seed_reuse.h).
   int64_t seeds_reused = 0;
@@ -137,6 +143,10 @@ struct EngineStats {
   int64_t prefix_hit_blocks = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t prefix_evictions = 0;
+  // Requests that restored KV blocks from the state tiers rather than
+  // finding them in RAM or recomputing them (e.g. a session continued on
+  // another replica).
+  int64_t requests_restored = 0;
   // State tiers: blocks restored instead of recomputed (from the first tier,
   // the directory, and the second, Redis), blocks and sessions written,
   // records that did not match (recomputed), write errors.

@@ -462,6 +462,19 @@ inline constexpr Setting kShutdownGrace{
     .fronts = kServe,
 };
 
+inline constexpr Setting kAsyncSessionWrites{
+    .name = "async_session_writes",
+    .flags = "--async-session-writes",
+    .type = Type::Bool,
+    .def = 0,
+    .min = 0,
+    .max = 1,
+    .help =
+        "Answer a session's turn before its record is written to the state tiers (less latency; "
+        "a replica that dies within that window, milliseconds, loses the turn)",
+    .fronts = kServe,
+};
+
 // ---- the audit log and consistency checks (audit.h, server.h) ----------------
 
 inline constexpr Setting kAuditMaxMib{
@@ -574,6 +587,7 @@ void visit_settings(F& f, V&& v) {
   v(settings::kStateTtl, f.state_ttl_s);
   v(settings::kStateMaxMib, f.state_max_mib);
   v(settings::kTenantStateMib, f.tenant_state_mib);
+  v(settings::kAsyncSessionWrites, f.async_session_writes);
 }
 
 template <class O, class V>

@@ -69,6 +69,7 @@ EngineOptions engine_options(const std::string& model, const EngineFlags& f, boo
   }
   o.state_ttl = std::chrono::milliseconds(static_cast<int64_t>(f.state_ttl_s * 1000.0));
   o.state_max_bytes = static_cast<uint64_t>(f.state_max_mib * 1048576.0);
+  o.async_session_writes = f.async_session_writes;
   o.tenant_shares.default_bytes = static_cast<uint64_t>(f.tenant_state_mib * 1048576.0);
   if (!f.derive_seed.empty()) o.seed_secret = load_seed_secret(f.derive_seed, "--derive-seed");
   o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };

@@ -27,6 +27,7 @@ struct EngineFlags {
   double state_ttl_s = settings::kStateTtl.def;
   double state_max_mib = settings::kStateMaxMib.def;
   double tenant_state_mib = settings::kTenantStateMib.def;
+  bool async_session_writes = settings::kAsyncSessionWrites.def != 0;
   std::string derive_seed;  // --derive-seed FILE: the secret's file
 };
 

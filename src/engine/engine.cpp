@@ -215,7 +215,8 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   m.scheduler = std::make_unique<Scheduler>(*m.pool, hp.n_vocab, options.batch_tokens,
                                             options.prefix_cache, m.persist.get());
   m.runner = std::make_unique<Runner>(*m.ctx);
-  m.output = std::make_unique<OutputProcessor>(*m.tokenizer, n_ctx, m.ctx->isa(), m.persist.get());
+  m.output = std::make_unique<OutputProcessor>(*m.tokenizer, n_ctx, m.ctx->isa(), m.persist.get(),
+                                               !options.async_session_writes);
   m.publish_stats();
   std::unique_ptr<Engine> engine(new Engine(std::move(impl)));
   m.thread = std::thread([&m] { m.loop(); });  // after: a throw above must not leave it running
@@ -315,6 +316,7 @@ void Engine::Impl::publish_stats() {
   s.requests_submitted = submitted.load();
   s.seeds_drawn = seeds_drawn.load();
   s.seeds_derived = seeds_derived.load();
+  s.seeds_session = seeds_session.load();
   s.seeds_reused = seeds_reused.load();
   s.prefix_evictions = pool->evictions();
   s.kv_blocks_total = pool->n_blocks();

@@ -57,6 +57,7 @@ struct Engine::Impl {
   uint64_t next_order = 0;            // guarded by mu
   std::atomic<int64_t> submitted{0};  // counted before the job is queued
   std::atomic<int64_t> seeds_drawn{0};
+  std::atomic<int64_t> seeds_session{0};
   std::atomic<int64_t> seeds_derived{0};
   std::atomic<int64_t> seeds_reused{0};
   SeedReuse seed_reuse;  // per tenant, bounded (seed_reuse.h)
@@ -74,11 +75,14 @@ struct Engine::Impl {
   std::unique_ptr<Job> make_job(Request r);
   // Its parts (submit.cpp): the prompt's ids; the samples.
   std::vector<TokenId> prompt_of(Request& r, Response* resp);
-  void make_samples(Job& job, Request& r);
+  void make_samples(Job& job, Request& r, const std::optional<uint64_t>& turn_seed);
   // What continuing a session found (see submit.cpp).
   struct SessionStart {
     bool found = false;
     bool continues_answer = false;  // no prompt: the last answer of a chat goes on
+    // A new turn (a prompt) without a seed: the saved turn's seed + 1, so a
+    // conversation replays by default (SeedSource::Session).
+    std::optional<uint64_t> turn_seed;
     std::vector<ChatMessage> history;
     std::string chat_template;
   };

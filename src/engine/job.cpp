@@ -42,6 +42,8 @@ const char* seed_source_name(SeedSource s) {
       return "drawn";
     case SeedSource::Derived:
       return "derived";
+    case SeedSource::Session:
+      return "session";
   }
   return "?";
 }

@@ -161,6 +161,10 @@ Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   std::optional<RunState>& saved = load.state;
   start.found = true;
   Request& s = saved->request;
+  // The next turn's seed follows from the last one, as `encore chat` counts
+  // them: the same conversation gives the same answers on any replica
+  // without the client repeating seeds. An explicit seed still wins.
+  if (!no_prompt && !r.seed && s.seed) start.turn_seed = *s.seed + 1;  // wraps: any uint64 is one
   if (no_prompt) {
     if (saved->n_ctx != info.n_ctx) {
       throw InvalidArgument(
@@ -268,11 +272,15 @@ std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
 // The samples' samplers (the seed derived or drawn if none was given),
 // decoders and stop strings, fresh or restored from the request's resume
 // states.
-void Engine::Impl::make_samples(Job& job, Request& r) {
+void Engine::Impl::make_samples(Job& job, Request& r, const std::optional<uint64_t>& turn_seed) {
   const std::vector<TokenId>& prompt = job.prompt;
   const auto p = static_cast<int64_t>(prompt.size());
   if (r.seed) {
     job.response.seed_source = SeedSource::Given;
+  } else if (turn_seed) {
+    r.seed = *turn_seed;
+    job.response.seed_source = SeedSource::Session;
+    ++seeds_session;
   } else if (!options.seed_secret.empty()) {
     // From the ids the engine evaluates (a session's merged ones included),
     // so the seed follows what the model sees, not how it was sent.
@@ -321,7 +329,7 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   const std::vector<TokenId>& prompt = job->prompt;
   const auto p = static_cast<int64_t>(prompt.size());
   check_fits_pool(r, p, info.n_ctx, *pool);
-  make_samples(*job, r);
+  make_samples(*job, r, start.turn_seed);
 
   job->priority = r.priority;
   job->tenant = r.tenant;

@@ -17,6 +17,7 @@
 #include "encore/error.h"
 #include "encore/openai.h"
 #include "server/server_impl.h"
+#include "util/text.h"
 
 namespace encore {
 
@@ -97,6 +98,31 @@ struct Answer {
   Ending body();
 };
 
+// The X-Session-Id header: the session id a balancer can hash on without
+// reading the body (deploy/haproxy.cfg). Alone it names the session; with
+// the body's session_id the two must agree, so that routing and the session
+// continued are one. The error when it is not a session id or disagrees.
+std::optional<std::string> take_session_header(const server::RequestHead& head, Request& r) {
+  constexpr const char* kName = "X-Session-Id";
+  const size_t count = head.header_count(kName);
+  if (count == 0) return std::nullopt;
+  if (count > 1) return fmt::format("{} is given {} times; give it once", kName, count);
+  const std::string id = head.header(kName);
+  if (!valid_session_id(id)) {
+    return fmt::format("the {} header '{}' is not a session id (one is {})", kName,
+                       util::printable(id, 64), kSessionIdRule);
+  }
+  if (r.session.empty()) {
+    r.session = id;
+  } else if (r.session != id) {
+    return fmt::format(
+        "the {} header '{}' and the body's session_id '{}' differ; send one, or both "
+        "equal",
+        kName, id, r.session);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void Server::Impl::record(const std::string& id, const std::string& endpoint,
@@ -146,6 +172,9 @@ void Server::Impl::complete(Exchange& ex) {
     return refuse(400, err.what(), err.field(), {});
   }
   Request& request = parsed.request;
+  if (std::optional<std::string> bad = take_session_header(ex.head(), request)) {
+    return refuse(400, *bad, "session_id", {});
+  }
   const bool stream = request.stream;
   if (chat && request.chat_template.empty()) request.chat_template = opt.chat_template;
   request.tenant = admitted->tenant;  // never from the client

@@ -85,6 +85,12 @@ std::string RequestHead::header(std::string_view name) const {
   return {};
 }
 
+size_t RequestHead::header_count(std::string_view name) const {
+  size_t n = 0;
+  for (const auto& field : fields) n += iequals(field.first, name) ? 1 : 0;
+  return n;
+}
+
 RequestReader::RequestReader(const HttpLimits& limits, std::string leftover)
     : parser_(std::make_unique<Parser>(limits.max_header_fields)),
       limits_(limits),

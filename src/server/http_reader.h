@@ -57,6 +57,8 @@ struct RequestHead {
 
   // The first value of `name` (case-insensitive); "" when absent.
   std::string header(std::string_view name) const;
+  // How many fields are named `name` (case-insensitive).
+  size_t header_count(std::string_view name) const;
   // True when a body follows the head (chunked, or a Content-Length > 0).
   bool has_body() const { return chunked || content_length.value_or(0) > 0; }
 };

@@ -140,6 +140,9 @@ std::string Metrics::render(const EngineStats& e,
          e.prefix_evictions);
   labelled("encore_session_restores_total", "counter", "KV blocks restored, by state tier.", "tier",
            {{"disk", e.blocks_restored_disk}, {"redis", e.blocks_restored_redis}});
+  single("encore_requests_restored_total", "counter",
+         "Requests whose KV came in part from the state tiers (not RAM, not recomputed).",
+         e.requests_restored);
   single("encore_sessions_loaded_total", "counter", "Session records continued.",
          e.sessions_loaded);
   header(out, "encore_state_fallbacks_total", "counter",
@@ -168,6 +171,8 @@ std::string Metrics::render(const EngineStats& e,
   single("encore_seeds_derived_total", "counter",
          "Requests without a seed (one was derived from the --derive-seed secret).",
          e.seeds_derived);
+  single("encore_seeds_session_total", "counter",
+         "New turns of a session without a seed (the last turn's seed + 1).", e.seeds_session);
   single("encore_seed_reuse_total", "counter",
          "Requests giving a seed their tenant gave recently with another prompt (counted, not "
          "refused).",

@@ -32,8 +32,8 @@ void emit_token(Job& job, int i, TokenId id, std::string text,
 }  // namespace
 
 OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, int32_t n_ctx, Isa isa,
-                                 Persistence* persist)
-    : tok_(tokenizer), n_ctx_(n_ctx), isa_(isa), persist_(persist) {}
+                                 Persistence* persist, bool sync_sessions)
+    : tok_(tokenizer), n_ctx_(n_ctx), isa_(isa), persist_(persist), sync_sessions_(sync_sessions) {}
 
 void OutputProcessor::process(const StepPlan& plan, KvReleases& out) {
   for (const StepPlan::Entry& e : plan.entries) {
@@ -197,17 +197,6 @@ void OutputProcessor::complete(Job& job, Response::Status status, std::string er
     r.samples.push_back(std::move(s.result));
     r.states.push_back(std::move(s.state));
   }
-  if (status == Response::Status::Ok && persist_ && !job.session.empty()) {
-    Request saved = job.saved;
-    if (job.continues_answer && !saved.messages.empty() &&
-        saved.messages.back().role == "assistant") {
-      saved.messages.back().content += r.samples[0].text;
-    } else if (!saved.messages.empty()) {
-      saved.messages.push_back({"assistant", r.samples[0].text});
-    }
-    persist_->save_session(job.tenant, job.session,
-                           run_state_after(saved, r, persist_->fingerprint(), n_ctx_));
-  }
   switch (status) {
     case Response::Status::Ok:
       ++counters_.requests_finished;
@@ -218,6 +207,27 @@ void OutputProcessor::complete(Job& job, Response::Status status, std::string er
     case Response::Status::Failed:
       ++counters_.requests_failed;
       break;
+  }
+  if (status == Response::Status::Ok && persist_ && !job.session.empty()) {
+    Request saved = job.saved;
+    if (job.continues_answer && !saved.messages.empty() &&
+        saved.messages.back().role == "assistant") {
+      saved.messages.back().content += r.samples[0].text;
+    } else if (!saved.messages.empty()) {
+      saved.messages.push_back({"assistant", r.samples[0].text});
+    }
+    const RunState state = run_state_after(saved, r, persist_->fingerprint(), n_ctx_);
+    if (sync_sessions_) {
+      // The answer ends once the turn is in the tiers (its blocks were
+      // queued before it): a replica that dies after answering has lost
+      // nothing another replica needs to continue the session.
+      auto shared = job.shared;
+      auto response = std::make_shared<Response>(std::move(r));
+      persist_->save_session(job.tenant, job.session, state,
+                             [shared, response] { shared->finish(std::move(*response)); });
+      return;
+    }
+    persist_->save_session(job.tenant, job.session, state);
   }
   job.shared->finish(std::move(r));
 }

@@ -28,7 +28,10 @@ class OutputProcessor {
  public:
   // n_ctx: a sample whose tokens fill it ends (FinishReason::Context).
   // isa: the kernels logprobs are computed with. persist: null without tiers.
-  OutputProcessor(const Tokenizer& tokenizer, int32_t n_ctx, Isa isa, Persistence* persist);
+  // sync_sessions: a session's answer ends once its record is written
+  // (EngineOptions::sync_session_writes).
+  OutputProcessor(const Tokenizer& tokenizer, int32_t n_ctx, Isa isa, Persistence* persist,
+                  bool sync_sessions);
 
   // After a step: every entry with logits samples; a job's prompt that was
   // evaluated gives each new sample its first token. Appends what is done
@@ -58,6 +61,7 @@ class OutputProcessor {
   const int32_t n_ctx_;
   const Isa isa_;
   Persistence* const persist_;
+  const bool sync_sessions_;
   EngineStats counters_;
 };
 

@@ -300,6 +300,7 @@ void Scheduler::admit() {
       job.admitted_once = true;
       job.response.usage.cached_tokens = n;
       job.response.usage.restored_tokens = restored * bt;
+      if (restored > 0) ++counters_.requests_restored;
       job.first_step = Clock::now();
     }
     job.phase = Job::Phase::Prompt;

@@ -171,9 +171,10 @@ void Persistence::capture(const Job& job, int i) {
 }
 
 void Persistence::save_session(const std::string& tenant, const std::string& session,
-                               const RunState& state) {
+                               const RunState& state, std::function<void()> on_written) {
   Write w;
   w.items.emplace_back(key(tenant, "session/" + session), run_state_json(state));
+  w.done = std::move(on_written);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.sessions_saved;
@@ -290,20 +291,23 @@ std::optional<std::string> Persistence::pending(const StoreKey& key) const {
 void Persistence::enqueue(Write w) {
   if (w.ttl.count() == 0) w.ttl = ttl_;
   for (const auto& item : w.items) w.bytes += item.second.size();
+  std::vector<std::function<void()>> dropped;  // told outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!queue_.empty() && queued_bytes_ + w.bytes > kMaxQueuedBytes) {
       // The tiers cannot keep up: the oldest writes go (recomputed if needed).
-      const Write& old = queue_.front();
+      Write& old = queue_.front();
       ++c_.write_errors;
       for (const auto& item : old.items) written_.erase(item.first.name);
       queued_bytes_ -= old.bytes;
+      if (old.done) dropped.push_back(std::move(old.done));
       queue_.pop_front();
     }
     queued_bytes_ += w.bytes;
     queue_.push_back(std::move(w));
   }
   wake_.notify_all();
+  for (const auto& done : dropped) done();
 }
 
 void Persistence::writer_main() {
@@ -339,6 +343,7 @@ void Persistence::writer_main() {
       current_ = Write{};
     }
     idle_.notify_all();
+    if (done.done) done.done();
   }
 }
 

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,8 +78,11 @@ class Persistence {
   // Queues the full blocks of sample i of `job` (those not written before)
   // for writing. Called before the sample's blocks are released.
   void capture(const Job& job, int i);
-  // Queues the session record of `job` after its blocks.
-  void save_session(const std::string& tenant, const std::string& session, const RunState& state);
+  // Queues the session record of `job` after its blocks. on_written (may be
+  // empty) runs on the writer thread once the record and every write queued
+  // before it are done: written, failed (counted) or dropped for room.
+  void save_session(const std::string& tenant, const std::string& session, const RunState& state,
+                    std::function<void()> on_written = {});
   // The session record, or why there is none (an unusable record is
   // logged; one that does not parse or was made by another model is counted
   // as a fallback). A record still queued or being written is read from the
@@ -101,6 +105,7 @@ class Persistence {
     size_t above = SIZE_MAX;  // only the tiers before this one (a promotion); else all
     std::chrono::milliseconds ttl{0};
     size_t bytes = 0;
+    std::function<void()> done;  // after the write (or its drop), outside the lock
   };
   // Queues a copy of a hit for the tiers above the one that had it, with
   // the time it has left.
