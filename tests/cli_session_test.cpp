@@ -83,6 +83,29 @@ TEST_F(CliSession, ANewTurnWithoutASeedFollowsFromTheLastTurn) {
   EXPECT_NE(ids(given[1]), ids(one[1]));
 }
 
+// Replica A saves turn 1 (its directory and Redis), replica B continues the
+// session from Redis (turn 2), then A gets turn 3: it must continue from B's
+// turn in Redis, not from the older turn 1 in its own directory (issue 28).
+TEST_F(CliSession, TheNewestTurnWinsOverAnOlderOneInAFasterTier) {
+  RedisServer redis;
+  const Args a = {"--state-dir", dir_.file("a"), "--redis", redis.url()};
+  const Args b = {"--state-dir", dir_.file("b"), "--redis", redis.url()};
+  const std::vector<std::string> prompts = {"Once upon a time", " Tom went to the park.",
+                                            " Then the sun came out."};
+  auto turn = [&](const std::string& session, size_t i, const Args& where) {
+    Args args = {"-p", prompts[i], "-n", "10", "--session", session};
+    if (i == 0) args = args + Args{"--seed", "7"};
+    return run(args + kSampling + where);
+  };
+  std::vector<Json> hopped = {turn("s", 0, a), turn("s", 1, b), turn("s", 2, a)};
+  std::vector<Json> alone = {turn("t", 0, state()), turn("t", 1, state()), turn("t", 2, state())};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(hopped[i].value("prompt_ids", Json()), alone[i].value("prompt_ids", Json()))
+        << "turn " << i + 1;
+    EXPECT_EQ(ids(hopped[i]), ids(alone[i])) << "turn " << i + 1;
+  }
+}
+
 TEST_F(CliSession, ContinuesExactlyInANewProcessFromTheDisk) {
   const Json whole =
       ids(run(Args{"-p", "Once upon a time", "--seed", "7", "-n", "40"} + kSampling));

@@ -26,6 +26,11 @@ struct RunState {
   // `resume`, the samples' states. max_tokens, tenant and priority are a
   // call's, not the generation's: not saved.
   Request request;
+  // A session record's write time (Unix ms, the writing process's clock; 0:
+  // unknown, e.g. a --save-state file). The same session may be in several
+  // tiers, a replica's own directory holding an older turn than Redis after
+  // the session went on elsewhere: the newest record wins.
+  uint64_t saved_ms = 0;
 };
 
 // The state to save after `response` answered `request` (a plain prompt,

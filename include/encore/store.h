@@ -242,6 +242,10 @@ class TieredStore {
   // With rejected: on a miss, why the last tier that held an unusable
   // record rejected it (empty: no tier held one).
   std::optional<Hit> get(const StoreKey& key, std::optional<StoreMiss>* rejected = nullptr);
+  // Every tier's record of key, fastest tier first: for records that change
+  // under one key (sessions), where a slower tier may hold a newer one.
+  // rejected as for get(), when no tier has one.
+  std::vector<Hit> get_each(const StoreKey& key, std::optional<StoreMiss>* rejected = nullptr);
   // Writes to the tiers before tier_index only; ttl as put().
   void put_above(size_t tier_index, const std::vector<std::pair<StoreKey, std::string>>& items,
                  std::chrono::milliseconds ttl);

@@ -58,6 +58,21 @@ std::optional<TieredStore::Hit> TieredStore::get(const StoreKey& key,
   return std::nullopt;
 }
 
+std::vector<TieredStore::Hit> TieredStore::get_each(const StoreKey& key,
+                                                    std::optional<StoreMiss>* rejected) {
+  if (rejected) rejected->reset();
+  std::vector<Hit> hits;
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    uint64_t expires = 0;
+    std::optional<StoreMiss> why;
+    std::optional<std::string> payload = tiers_[t]->get(key, &expires, &why);
+    if (why && rejected) *rejected = why;
+    if (payload) hits.push_back({std::move(*payload), std::string(tiers_[t]->name()), t, expires});
+  }
+  if (!hits.empty() && rejected) rejected->reset();
+  return hits;
+}
+
 void TieredStore::put_above(size_t tier_index,
                             const std::vector<std::pair<StoreKey, std::string>>& items,
                             std::chrono::milliseconds ttl) {

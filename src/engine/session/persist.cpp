@@ -172,8 +172,10 @@ void Persistence::capture(const Job& job, int i) {
 
 void Persistence::save_session(const std::string& tenant, const std::string& session,
                                const RunState& state, std::function<void()> on_written) {
+  RunState stamped = state;  // the newest record of a session wins (load_session)
+  stamped.saved_ms = store::unix_ms_now();
   Write w;
-  w.items.emplace_back(key(tenant, "session/" + session), run_state_json(state));
+  w.items.emplace_back(key(tenant, "session/" + session), run_state_json(stamped));
   w.done = std::move(on_written);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -218,22 +220,24 @@ SessionLoad Persistence::load_session(const std::string& tenant, const std::stri
   const StoreKey k = key(tenant, "session/" + session);
   SessionLoad out;
   // A record served from the queue may still fail to reach the tiers (then
-  // a later continuation finds none, as for any loss).
-  std::optional<TieredStore::Hit> hit;
+  // a later continuation finds none, as for any loss). Otherwise every tier
+  // is asked: a session that went on on another replica and came back has
+  // its newest turn in Redis and an older one in this replica's directory.
+  std::vector<TieredStore::Hit> hits;
   std::optional<StoreMiss> rejected;
   std::optional<std::string> queued = pending(k);
   if (queued) {
-    hit = TieredStore::Hit{std::move(*queued), "write queue", 0, 0};
+    hits.push_back(TieredStore::Hit{std::move(*queued), "write queue", 0, 0});
   } else {
-    hit = store_->get(k, &rejected);
+    hits = store_->get_each(k, &rejected);
   }
-  if (!hit && rejected) {  // the tier logged it
+  if (hits.empty() && rejected) {  // the tier logged it
     out.absent = *rejected == StoreMiss::Expired ? SessionLoad::Absent::Expired
                                                  : SessionLoad::Absent::Unusable;
     out.detail = fmt::format("its record is {}", store_miss_name(*rejected));
     return out;
   }
-  if (!hit && look_elsewhere) {
+  if (hits.empty() && look_elsewhere) {
     // Saved under another model, build or numerics setting: never used.
     const std::vector<std::string> others = store_->elsewhere(k);
     if (!others.empty()) {
@@ -247,27 +251,39 @@ SessionLoad Persistence::load_session(const std::string& tenant, const std::stri
     }
     return out;
   }
-  if (!hit) return out;
-  try {
-    RunState s = parse_run_state(hit->payload, "session " + session);
-    if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");
-    if (!queued) promote(*hit, k);
-    std::lock_guard<std::mutex> lock(mu_);
-    ++c_.sessions_loaded;
-    out.state = std::move(s);
-    return out;
-  } catch (const InvalidArgument& e) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++c_.session_fallbacks;
+  if (hits.empty()) return out;
+  // The newest usable record wins (ties: the faster tier); one that does not
+  // parse is counted and logged, and used by nobody.
+  const TieredStore::Hit* best_hit = nullptr;
+  for (const TieredStore::Hit& hit : hits) {
+    try {
+      RunState s = parse_run_state(hit.payload, "session " + session);
+      if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");
+      if (!out.state || s.saved_ms > out.state->saved_ms) {
+        out.state = std::move(s);
+        best_hit = &hit;
+      }
+    } catch (const InvalidArgument& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++c_.session_fallbacks;
+      }
+      if (log_)
+        log_(fmt::format("state: ignoring session {} from {}: {}", session, hit.tier, e.what()));
+      out.detail =
+          fmt::format("its record in {} does not hold a usable session: {}", hit.tier, e.what());
     }
-    if (log_)
-      log_(fmt::format("state: ignoring session {} from {}: {}", session, hit->tier, e.what()));
+  }
+  if (!out.state) {
     out.absent = SessionLoad::Absent::Unusable;
-    out.detail =
-        fmt::format("its record in {} does not hold a usable session: {}", hit->tier, e.what());
     return out;
   }
+  out.detail.clear();
+  // A newer record than a faster tier's is copied over it.
+  if (!queued) promote(*best_hit, k);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++c_.sessions_loaded;
+  return out;
 }
 
 std::optional<std::string> Persistence::pending(const StoreKey& key) const {

@@ -173,6 +173,7 @@ std::string run_state_json(const RunState& s) {
   }
   j["request"] = req;
   j["samples"] = sample_states_json(r.resume);
+  if (s.saved_ms != 0) j["saved_ms"] = s.saved_ms;
   return j.dump(1) + "\n";
 }
 
@@ -304,6 +305,7 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     const std::string w = fmt::format("{}: samples[{}]", where, i);
     r.resume.push_back(parse_sample_state(samples[i], w, r.prompt_ids.size(), s.n_ctx));
   }
+  if (j.contains("saved_ms")) s.saved_ms = util::json_get<uint64_t>(j, "saved_ms", where);
   return s;
 }
 
