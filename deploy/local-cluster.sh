@@ -32,7 +32,7 @@ die() {
   echo "local-cluster: $*" >&2
   exit 1
 }
-log() { echo "local-cluster: $*" >&2; }
+log() { echo "local-cluster: $(date +%T.%3N) $*" >&2; }
 
 find_encore() {
   if [ -n "${ENCORE_BIN:-}" ]; then
@@ -159,7 +159,7 @@ start_redis() {
   mkdir -p "$dir/redis"
   # The shipped fragment, with what differs on loopback given after it (later wins).
   redis-server "$DEPLOY_DIR/redis.conf" --port "$port" --bind 127.0.0.1 --dir "$dir/redis" \
-    --daemonize no --logfile "$dir/redis/redis.log" --maxmemory 256mb \
+    --daemonize no --logfile "$dir/redis/redis.log" --maxmemory 2gb \
     </dev/null >/dev/null 2>&1 &
   echo $! >"$dir/redis.pid"
   for ((i = 0; i < 100; i++)); do
@@ -294,12 +294,15 @@ cmd_restart() {
   # SIGTERM drains: /health turns 503 (HAProxy stops sending), requests that came in
   # meanwhile get a 503 that HAProxy retries elsewhere, in-flight ones finish, sessions
   # are written; then the process exits.
+  log "replica $n: SIGTERM"
   stop_pidfile "$dir/r$n/encore.pid"
+  log "replica $n: exited; starting it again"
   start_replica "$dir" "$n"
+  log "replica $n: /health ok"
   # Back in the rotation before returning, so that a rolling restart never has two
   # replicas out at once.
   [ -S "$dir/haproxy.sock" ] && wait_haproxy_up "$dir" "$n"
-  log "replica $n restarted"
+  log "replica $n restarted (HAProxy: UP)"
 }
 
 cmd_status() {

@@ -171,6 +171,8 @@ class Cluster:
                               timeout=timeout)
         check(proc.returncode == 0,
               f"local-cluster.sh {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}")
+        if args[0] in ("restart", "kill"):
+            print(proc.stdout.rstrip(), flush=True)
         return time.monotonic() - started
 
     def start(self):
@@ -225,6 +227,15 @@ class Cluster:
         while self.haproxy_status().get(name, "").split(" ")[0] != "DOWN":
             check(time.monotonic() < deadline, f"HAProxy did not mark {name} DOWN in {timeout}s")
             time.sleep(0.1)
+
+    def redis_info(self):
+        """Redis' used memory and evicted keys (redis-cli INFO)."""
+        out = subprocess.run(["redis-cli", "-p", self.env["REDIS_PORT"], "INFO"],
+                             capture_output=True, text=True, timeout=10).stdout
+        info = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+        return {"used_memory": info.get("used_memory_human", "?").strip(),
+                "evicted_keys": int(info.get("evicted_keys", "0")),
+                "keys": info.get("db0", "").strip()}
 
     def total(self, name, replicas=None):
         return sum(metric(self.port(n), name) for n in (replicas or self.names))
@@ -457,33 +468,55 @@ class LoadClient(threading.Thread):
         self.records.append(("session", turns))
 
 
-def replay_alone(cluster, record, port):
+def replay_alone(record, port):
     """The same request(s) again, on one replica with nothing else running: a list of
-    (what the load got, what alone gives) pairs."""
+    (label, what the load got, what alone gives)."""
     if record[0] == "single":
         _, body, got = record
         alone = complete(port, dict(body, stream=False))
-        return [(got, alone)]
-    pairs, turns = [], record[1]
-    name = "alone-" + turns[0][0]["session_id"]
-    for body, got in turns:
+        label = f"sessionless seed {body['seed']} stream {body['stream']} {body['prompt']!r}"
+        return [(label, got, alone)]
+    out, turns = [], record[1]
+    session = turns[0][0]["session_id"]
+    name = "alone-" + session
+    path = ",".join(got.replica or "-" for _, got in turns)
+    for t, (body, got) in enumerate(turns):
         alone = complete(port, dict(body, session_id=name), name)
-        pairs.append((got, alone))
-    return pairs
+        out.append((f"{session} turn {t + 1} (replicas {path})", got, alone))
+    return out
+
+
+class QueueSampler(threading.Thread):
+    """The largest encore_state_write_queue_bytes seen on each replica (every 0.25 s)."""
+
+    def __init__(self, cluster, stop):
+        super().__init__(daemon=True)
+        self.cluster, self.stop_event, self.peak = cluster, stop, {}
+
+    def run(self):
+        while not self.stop_event.wait(0.25):
+            for n in self.cluster.names:
+                try:
+                    v = metrics(self.cluster.port(n)).get("encore_state_write_queue_bytes", 0)
+                except Exception:  # restarting: no answer
+                    continue
+                self.peak[n] = max(self.peak.get(n, 0), v)
 
 
 def scenario_rolling(cluster, opts, summary):
     stop = threading.Event()
     clients = [LoadClient(cluster, i, stop, opts.seed_every_turn) for i in range(opts.clients)]
+    sampler = QueueSampler(cluster, stop)
     started = time.monotonic()
-    for c in clients:
+    for c in clients + [sampler]:
         c.start()
     restarts = []
     try:
         time.sleep(min(3, opts.load_seconds / 10))
         for n in cluster.names:
+            at = time.monotonic() - started
             took = cluster.run("restart", cluster.dir, n[1:], timeout=120)
-            restarts.append((n, round(time.monotonic() - started, 1), round(took, 1)))
+            restarts.append({"replica": n, "at_s": round(at, 1), "took_s": round(took, 1)})
             time.sleep(1)
         remaining = opts.load_seconds - (time.monotonic() - started)
         if remaining > 0:
@@ -502,32 +535,47 @@ def scenario_rolling(cluster, opts, summary):
     for a in answers:
         per_replica[a.replica or "-"] = per_replica.get(a.replica or "-", 0) + 1
 
+    # Alone: every request again, on a quiet cluster, straight to a replica (spread over
+    # the three, a few at a time: each replica still runs one request per step alone).
     cluster.wait_queues_empty(cluster.names)
-    alone_port = cluster.port("r1")
-    with ThreadPoolExecutor(4) as pool:
-        pairs = [p for ps in pool.map(lambda r: replay_alone(cluster, r, alone_port), records)
-                 for p in ps]
-    differ = [(got, alone) for got, alone in pairs
+    replay_started = time.monotonic()
+    ports = [cluster.port(n) for n in cluster.names]
+    with ThreadPoolExecutor(6) as pool:
+        triples = [t for ts in pool.map(lambda ir: replay_alone(ir[1], ports[ir[0] % 3]),
+                                        enumerate(records)) for t in ts]
+    replay_seconds = time.monotonic() - replay_started
+    differ = [(label, got, alone) for label, got, alone in triples
               if got.ok and (not alone.ok or got.key() != alone.key())]
     singles = sum(1 for r in records if r[0] == "single")
     session_turns = len(answers) - singles
+    # A later turn that found no saved session starts a new one (session_continued false).
+    not_continued = sum(1 for r in records if r[0] == "session" for _, a in r[1][1:]
+                        if a.ok and a.body.get("session_continued") is False)
     summary["rolling_restart"] = {
         "clients": opts.clients, "load_seconds": round(load_seconds, 1),
         "requests": len(answers), "sessionless": singles, "session_turns": session_turns,
         "failed": len(failed), "differ_from_alone": len(differ),
+        "later_session_turns_not_continued": not_continued,
+        "peak_write_queue_mib": {n: round(v / 2**20, 1) for n, v in sorted(sampler.peak.items())},
+        "differ_sessionless": sum(1 for d in differ if d[0].startswith("sessionless")),
         "requests_per_second": round(len(answers) / load_seconds, 1),
         "answers_per_replica": dict(sorted(per_replica.items())),
-        "restarts": [{"replica": n, "at_s": at, "took_s": took} for n, at, took in restarts],
+        "restarts": restarts, "replay_alone_seconds": round(replay_seconds, 1),
+        "redis": cluster.redis_info(),
     }
     print(f"rolling restart: {len(answers)} requests ({singles} sessionless, {session_turns} "
           f"session turns) from {opts.clients} clients in {load_seconds:.1f} s "
-          f"({len(answers) / load_seconds:.0f}/s); restarts (replica, at s, took s) {restarts}; "
-          f"answers per replica {dict(sorted(per_replica.items()))}; failed {len(failed)}; "
-          f"differ from alone {len(differ)}", flush=True)
-    check(not failed, "failed requests:\n  " + "\n  ".join(a.describe() for a in failed[:10]))
-    check(not differ, "answers differ from alone:\n  " + "\n  ".join(
-        f"load {g.key()} on {g.replica} vs alone {a.key() if a.ok else a.describe()}"
-        for g, a in differ[:10]))
+          f"({len(answers) / load_seconds:.0f}/s); restarts {restarts}; answers per replica "
+          f"{dict(sorted(per_replica.items()))}; failed {len(failed)}; differ from alone "
+          f"{len(differ)}; later session turns that found no saved session {not_continued}; "
+          f"peak write queue MiB {summary['rolling_restart']['peak_write_queue_mib']} "
+          f"(replayed alone in {replay_seconds:.1f} s); redis "
+          f"{summary['rolling_restart']['redis']}", flush=True)
+    problems = [f"failed: {label}: {got.describe()}" for label, got, _ in triples if not got.ok]
+    problems += [f"differs: {label}: load {g.key()} on {g.replica} vs alone "
+                 f"{a.key() if a.ok else a.describe()}" for label, g, a in differ]
+    check(not problems, f"{len(failed)} failed, {len(differ)} differ from alone:\n  " +
+          "\n  ".join(problems[:20]))
 
 
 # --- main ---------------------------------------------------------------------------------
