@@ -581,7 +581,13 @@ def scenario_rolling(cluster, opts, summary):
 # --- main ---------------------------------------------------------------------------------
 
 def find_haproxy():
-    return shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
+    """As deploy/local-cluster.sh finds it: HAPROXY_BIN, PATH, /usr/sbin/haproxy."""
+    if os.environ.get("HAPROXY_BIN"):
+        path = os.environ["HAPROXY_BIN"]
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    if shutil.which("haproxy"):
+        return shutil.which("haproxy")
+    return "/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None
 
 
 def parse_args():
@@ -601,6 +607,8 @@ def parse_args():
                    help="send a seed on every turn (servers before seeds continued sessions)")
     p.add_argument("--summary", help="write the numbers measured as JSON to this file")
     p.add_argument("--keep", action="store_true", help="keep the cluster directory (logs)")
+    p.add_argument("--skip-missing-model", action="store_true",
+                   help="skip (exit 77) instead of failing when --model is missing")
     return p.parse_args()
 
 
@@ -611,9 +619,13 @@ def main():
     if missing:
         print(f"SKIP: {', '.join(missing)} not installed (scripts/setup.sh installs them)")
         return SKIP
+    if not os.path.exists(opts.model) and opts.skip_missing_model:
+        print(f"SKIP: test data missing (ENCORE_SKIP_SHARED_TESTS=ON): {opts.model}")
+        return SKIP
     for path, what in ((opts.encore, "--encore"), (opts.model, "--model")):
         if not os.path.exists(path):
-            print(f"FAIL: {what} {path} does not exist")
+            print(f"FAIL: {what} {path} does not exist (set -DENCORE_SHARED_DIR=PATH, or "
+                  f"-DENCORE_SKIP_SHARED_TESTS=ON to skip data tests)")
             return 1
 
     workdir = tempfile.mkdtemp(prefix="encore-cluster-")
