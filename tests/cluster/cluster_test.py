@@ -21,11 +21,16 @@ numbers; --summary FILE also writes them as JSON.
 """
 
 import argparse
+import csv
 import http.client
+import io
 import json
 import os
 import random
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -158,6 +163,8 @@ def metric(port, name):
 class Cluster:
     """deploy/local-cluster.sh, and what its DIR/env says."""
 
+    names = ["r1", "r2", "r3"]
+
     def __init__(self, script, encore, model, workdir, serve_args):
         self.script, self.encore, self.model, self.dir = script, encore, model, workdir
         self.serve_args = serve_args
@@ -193,13 +200,8 @@ class Cluster:
     def port(self, name):  # "r2" -> replica 2's port
         return int(self.env[f"REPLICA_PORT_{name[1:]}"])
 
-    names = ["r1", "r2", "r3"]
-
     def haproxy_status(self):
         """{"r1": "UP", ...} from the stats socket."""
-        import csv
-        import io
-        import socket
         s = socket.socket(socket.AF_UNIX)
         s.settimeout(2)
         s.connect(self.env["STATS_SOCKET"])
@@ -227,6 +229,21 @@ class Cluster:
         while self.haproxy_status().get(name, "").split(" ")[0] != "DOWN":
             check(time.monotonic() < deadline, f"HAProxy did not mark {name} DOWN in {timeout}s")
             time.sleep(0.1)
+
+    def haproxy_retried(self):
+        """Requests HAProxy's log shows retried (the retries field of `option httplog`,
+        "+N" when redispatched to another server), and the log's request count."""
+        retried = requests = 0
+        with open(os.path.join(self.dir, "haproxy.log"), errors="replace") as f:
+            for line in f:
+                if '"POST ' not in line and '"GET ' not in line:
+                    continue
+                requests += 1
+                # ... actconn/feconn/beconn/srv_conn/retries srv_queue/backend_queue "POST ...
+                m = re.search(r' \d+/\d+/\d+/\d+/\+?(\d+) \d+/\d+ "', line)
+                if m and m.group(1) != "0":
+                    retried += 1
+        return retried, requests
 
     def redis_info(self):
         """Redis' used memory and evicted keys (redis-cli INFO)."""
@@ -382,8 +399,8 @@ def scenario_failover(cluster, opts, summary):
     victim = max(served, key=lambda n: len(served[n]))  # the replica with most sessions
     survivors = [n for n in cluster.names if n != victim]
     restored_before = cluster.total("encore_requests_restored_total", survivors)
-    cluster.run("kill", cluster.dir, victim[1:])
     killed_at = time.monotonic()
+    cluster.run("kill", cluster.dir, victim[1:])
     cluster.wait_down(victim)
     down_after = time.monotonic() - killed_at
     second, third = send(1), send(2)
@@ -414,7 +431,7 @@ def scenario_failover(cluster, opts, summary):
         "sessions_per_replica_turn1": {n: len(v) for n, v in sorted(served.items())},
         "moved_sessions": len(moved), "restored_requests_on_survivors": restored,
         "answers_differing_from_encore_run": len(differ),
-        "seconds_until_haproxy_marked_down": round(down_after, 2),
+        "seconds_from_kill_to_haproxy_down": round(down_after, 2),
         "seconds": round(time.monotonic() - started, 1),
     }
     print(f"failover: turn 1 per replica {summary['failover']['sessions_per_replica_turn1']}; "
@@ -507,6 +524,7 @@ def scenario_rolling(cluster, opts, summary):
     stop = threading.Event()
     clients = [LoadClient(cluster, i, stop, opts.seed_every_turn) for i in range(opts.clients)]
     sampler = QueueSampler(cluster, stop)
+    retried_before, _ = cluster.haproxy_retried()
     started = time.monotonic()
     for c in clients + [sampler]:
         c.start()
@@ -548,6 +566,9 @@ def scenario_rolling(cluster, opts, summary):
               if got.ok and (not alone.ok or got.key() != alone.key())]
     singles = sum(1 for r in records if r[0] == "single")
     session_turns = len(answers) - singles
+    retried = cluster.haproxy_retried()[0] - retried_before
+    hops = sum(1 for r in records if r[0] == "session"
+               for (_, a), (_, b) in zip(r[1], r[1][1:]) if a.replica != b.replica)
     # A later turn that found no saved session starts a new one (session_continued false).
     not_continued = sum(1 for r in records if r[0] == "session" for _, a in r[1][1:]
                         if a.ok and a.body.get("session_continued") is False)
@@ -556,6 +577,8 @@ def scenario_rolling(cluster, opts, summary):
         "requests": len(answers), "sessionless": singles, "session_turns": session_turns,
         "failed": len(failed), "differ_from_alone": len(differ),
         "later_session_turns_not_continued": not_continued,
+        "session_turns_on_another_replica_than_the_last": hops,
+        "retried_by_haproxy": retried,
         "peak_write_queue_mib": {n: round(v / 2**20, 1) for n, v in sorted(sampler.peak.items())},
         "differ_sessionless": sum(1 for d in differ if d[0].startswith("sessionless")),
         "requests_per_second": round(len(answers) / load_seconds, 1),
@@ -567,7 +590,8 @@ def scenario_rolling(cluster, opts, summary):
           f"session turns) from {opts.clients} clients in {load_seconds:.1f} s "
           f"({len(answers) / load_seconds:.0f}/s); restarts {restarts}; answers per replica "
           f"{dict(sorted(per_replica.items()))}; failed {len(failed)}; differ from alone "
-          f"{len(differ)}; later session turns that found no saved session {not_continued}; "
+          f"{len(differ)}; session turns on another replica than the last {hops}; later turns "
+          f"that found no saved session {not_continued}; retried by HAProxy {retried}; "
           f"peak write queue MiB {summary['rolling_restart']['peak_write_queue_mib']} "
           f"(replayed alone in {replay_seconds:.1f} s); redis "
           f"{summary['rolling_restart']['redis']}", flush=True)
@@ -628,6 +652,8 @@ def main():
                   f"-DENCORE_SKIP_SHARED_TESTS=ON to skip data tests)")
             return 1
 
+    # ctest's timeout (or a Ctrl-C) must still stop the cluster: leave through `finally`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     workdir = tempfile.mkdtemp(prefix="encore-cluster-")
     cluster = Cluster(os.path.abspath(opts.cluster_script), os.path.abspath(opts.encore),
                       os.path.abspath(opts.model), workdir, opts.serve_args)
