@@ -9,6 +9,9 @@ Scenarios (issue 28), all through the balancer on loopback, each bounded in time
             SIGKILLed; turns 2 and 3 land on the survivors, which restore the moved
             sessions' KV from Redis (encore_requests_restored_total = moved sessions), and
             all 60 answers equal `encore run --session` run one turn per process.
+  return    then the killed replica is started again and every session sends turn 4: the
+            moved sessions go back to it (consistent hashing) and still answer as
+            `encore run --session` does, though its own --state-dir holds their turn 1 only.
   rolling   16 clients for 30 s while each replica is restarted in turn
             (local-cluster.sh restart): 0 failed requests, every answer equal to the same
             request answered alone afterwards.
@@ -44,7 +47,7 @@ MAX_TOKENS = 12
 TEMPERATURE = 1.0
 STORY = (" Once upon a time there was a little girl named Lily. She loved to play outside"
          " in the park with her friends.")
-FOLLOW_UPS = [" Then her mom said", " The next day, they"]
+FOLLOW_UPS = [" Then her mom said", " The next day, they", " At night, the little girl"]
 SESSIONLESS_PROMPTS = ["Tom had a red ball", "The cat sat on the mat and", "One day, a big dog",
                        "Sue and Ben went to the park. They"]
 
@@ -268,10 +271,10 @@ def turn_body(session, turn, prompt, seed, seed_every_turn):
     return body
 
 
-def conversation(tag, i):
-    """A session's three prompts; the first block (16 tokens) is unique to the session, so
-    no session finds another's KV in the prefix cache."""
-    return [f"{tag} story {i}:{STORY}"] + FOLLOW_UPS
+def conversation(tag, i, turns=3):
+    """A session's prompts; the first block (16 tokens) is unique to the session, so no
+    session finds another's KV in the prefix cache."""
+    return ([f"{tag} story {i}:{STORY}"] + FOLLOW_UPS)[:turns]
 
 
 def run_sessions(cluster, tag, count, with_header, seed_every_turn, order_seed, on_turn=None):
@@ -298,14 +301,14 @@ def run_sessions(cluster, tag, count, with_header, seed_every_turn, order_seed, 
     return answers
 
 
-def encore_run_reference(encore, model, tag, count, seed_every_turn, workdir):
+def encore_run_reference(encore, model, tag, count, seed_every_turn, workdir, turns=3):
     """The same conversations by `encore run --session`, one process per turn, one fresh
-    state directory. Returns {session: [(text, output_hash, seed) x3]}."""
+    state directory. Returns {session: [(text, output_hash, seed) per turn]}."""
     state = tempfile.mkdtemp(prefix="ref-state-", dir=workdir)
 
     def one(i):
         name, out = f"{tag}-{i}", []
-        for turn, prompt in enumerate(conversation(tag, i)):
+        for turn, prompt in enumerate(conversation(tag, i, turns)):
             cmd = [encore, "run", "-m", model, "--state-dir", state, "--session", name,
                    "-p", prompt, "-n", str(MAX_TOKENS), "--temp", str(TEMPERATURE),
                    "-t", "1", "--json"]
@@ -376,6 +379,37 @@ def scenario_affinity(cluster, opts, summary):
 
 # --- scenario: failover -------------------------------------------------------------------
 
+def scenario_return(cluster, opts, summary):
+    """After failover: the killed replica is back (the main loop restarted it). Turn 4 of
+    every session: consistent hashing sends the moved sessions back to it, and their answers
+    must still equal `encore run --session` - the replica's own --state-dir holds their
+    turn-1 record, older than the turns 2 and 3 the survivors wrote to Redis."""
+    ctx = opts.context.get("failover")
+    check(ctx is not None, "the return scenario needs the failover scenario before it")
+    tag, victim = ctx["tag"], ctx["victim"]
+    differ, misplaced, not_back = [], [], []
+    for i, s in enumerate(ctx["sessions"]):
+        body = turn_body(s, 3, conversation(tag, i, 4)[3], 1000 + i, opts.seed_every_turn)
+        a = complete(cluster.lb, body, s)
+        check(a.ok, f"return {s} turn 4: {a.describe()}")
+        if s in ctx["moved"]:
+            if a.replica != victim:
+                not_back.append(f"{s} on {a.replica}")
+        elif a.replica != ctx["replica"][s]:
+            misplaced.append(f"{s}: {ctx['replica'][s]} -> {a.replica}")
+        if a.key() != ctx["reference"][s][3]:
+            differ.append(f"{s} turn 4 on {a.replica} ({'moved back' if s in ctx['moved'] else 'stayed'}):"
+                          f" cluster {a.key()} vs encore run {ctx['reference'][s][3]}")
+    summary["return"] = {"sessions": len(ctx["sessions"]), "moved_back": len(ctx["moved"]) - len(not_back),
+                         "turn4_differing_from_encore_run": len(differ)}
+    print(f"return: {victim} restarted; {len(ctx['moved']) - len(not_back)}/{len(ctx['moved'])} "
+          f"moved sessions came back to it; {len(differ)}/{len(ctx['sessions'])} turn-4 answers "
+          f"differ from encore run --session", flush=True)
+    check(not not_back and not misplaced,
+          f"consistent hashing: not back on {victim}: {not_back}; moved: {misplaced}")
+    check(not differ, "turn 4 differs:\n  " + "\n  ".join(differ[:10]))
+
+
 def scenario_failover(cluster, opts, summary):
     """SIGKILL a replica between turn 1 and turn 2; answers equal an uninterrupted run."""
     tag, count = "fo", opts.failover_sessions
@@ -418,7 +452,10 @@ def scenario_failover(cluster, opts, summary):
               f"moved session {s}: turn 2 on {second[s].replica}, turn 3 on {third[s].replica}")
 
     reference = encore_run_reference(cluster.encore, cluster.model, tag, count,
-                                     opts.seed_every_turn, cluster.dir)
+                                     opts.seed_every_turn, cluster.dir, turns=4)
+    opts.context["failover"] = {"tag": tag, "sessions": sessions, "victim": victim,
+                                "moved": served[victim], "reference": reference,
+                                "replica": {s: third[s].replica for s in sessions}}
     differ = []
     for s in sessions:
         got = [first[s].key(), second[s].key(), third[s].key()]
@@ -620,7 +657,7 @@ def parse_args():
     p.add_argument("--encore", required=True, help="the encore binary")
     p.add_argument("--model", required=True, help="a small model, e.g. stories260K.gguf")
     p.add_argument("--cluster-script", default=os.path.join(here, "..", "..", "deploy", "local-cluster.sh"))
-    p.add_argument("--scenarios", default="affinity,failover,rolling")
+    p.add_argument("--scenarios", default="affinity,failover,return,rolling")
     p.add_argument("--affinity-sessions", type=int, default=30)
     p.add_argument("--failover-sessions", type=int, default=20)
     p.add_argument("--clients", type=int, default=16)
@@ -638,6 +675,7 @@ def parse_args():
 
 def main():
     opts = parse_args()
+    opts.context = {}  # what one scenario leaves for the next (failover -> return)
     missing = [n for n, path in (("haproxy", find_haproxy()), ("redis-server", shutil.which("redis-server")))
                if not path]
     if missing:
@@ -659,7 +697,7 @@ def main():
                       os.path.abspath(opts.model), workdir, opts.serve_args)
     summary, failures, started = {}, [], time.monotonic()
     scenarios = {"affinity": scenario_affinity, "failover": scenario_failover,
-                 "rolling": scenario_rolling}
+                 "return": scenario_return, "rolling": scenario_rolling}
     try:
         summary["cluster_start_seconds"] = round(cluster.start(), 1)
         print(f"cluster up in {summary['cluster_start_seconds']} s: {workdir}", flush=True)
