@@ -327,18 +327,55 @@ def encore_run_reference(encore, model, tag, count, seed_every_turn, workdir, tu
 
 # --- scenario: affinity -------------------------------------------------------------------
 
-def scenario_affinity(cluster, opts, summary):
-    """RAM prefix-cache hits on turns 2+ with and without X-Session-Id. Requests go one at a
-    time, so the counters' change around a request is that request's: a RAM hit found
-    cached blocks (encore_prefix_cache_hit_blocks_total) and restored none from the state
-    tiers (encore_requests_restored_total; restored blocks also count as cache hits)."""
-    result = {}
+def cache_counters(cluster):
+    """Around one request (nothing else running): [blocks found in the prefix cache,
+    requests restored from the state tiers], summed over the replicas. Call with None
+    before the request, then with what it returned: the request's own counts."""
     names = ("encore_prefix_cache_hit_blocks_total", "encore_requests_restored_total")
 
     def measure(before):
         now = [sum(v) for v in zip(*([metrics(cluster.port(n)).get(m, 0.0) for m in names]
                                      for n in cluster.names))]
         return now if before is None else [a - b for a, b in zip(now, before)]
+    return measure
+
+
+def prefix_routing(cluster, measure, groups=4, per_group=10):
+    """Sessionless requests sharing a long prefix (a system prompt per application): the
+    share that finds it in the RAM prefix cache with X-Prefix-Key (one replica per prefix)
+    and without (round robin), in the same shuffled order."""
+    out = {}
+    for mode, with_key in (("prefix_key", True), ("round_robin", False)):
+        reqs = [(g, k) for g in range(groups) for k in range(per_group)]
+        random.Random(11).shuffle(reqs)
+        hits = 0
+        for g, k in reqs:
+            body = {"prompt": f"{mode} app {g}:{STORY}{STORY} Question {k}:",
+                    "max_tokens": 4, "temperature": TEMPERATURE, "seed": k}
+            headers = {"X-Prefix-Key": f"{mode}-app-{g}"} if with_key else {}
+            before = measure(None)
+            try:
+                status, _, raw = request(cluster.lb, "POST", "/v1/completions", body, headers)
+            except OSError as e:
+                raise TestFailure(f"prefix routing request: {e}")
+            check(status == 200, f"prefix routing: status {status} {raw[:200]!r}")
+            hit_blocks, restored = measure(before)
+            hits += hit_blocks > 0 and restored == 0
+        out[mode] = {"requests": len(reqs), "prefixes": groups, "ram_hits": hits,
+                     "ram_hit_ratio": round(hits / len(reqs), 3)}
+    print(f"prefix routing ({groups} shared prefixes x {per_group} requests, no session): RAM "
+          f"prefix-cache hits with X-Prefix-Key {out['prefix_key']['ram_hits']}/{groups * per_group}"
+          f", round robin {out['round_robin']['ram_hits']}/{groups * per_group}", flush=True)
+    return out
+
+
+def scenario_affinity(cluster, opts, summary):
+    """RAM prefix-cache hits on turns 2+ with and without X-Session-Id. Requests go one at a
+    time, so the counters' change around a request is that request's: a RAM hit found
+    cached blocks (encore_prefix_cache_hit_blocks_total) and restored none from the state
+    tiers (encore_requests_restored_total; restored blocks also count as cache hits)."""
+    result = {}
+    measure = cache_counters(cluster)
 
     for mode, with_header in (("affinity", True), ("round_robin", False)):
         answers = run_sessions(cluster, f"aff-{mode}", opts.affinity_sessions, with_header,
@@ -372,9 +409,15 @@ def scenario_affinity(cluster, opts, summary):
               f"RAM hits, {restored_turns} restored from the state tiers, {cached_turns} with "
               f"usage cached_tokens > 0 (RAM or tiers); {same_replica}/{n} sessions stayed on "
               f"one replica", flush=True)
+    result["prefix"] = prefix_routing(cluster, measure)
     summary["affinity"] = result
     ratio = result["affinity"]["session_ram_hit_ratio"]
     check(ratio >= 0.95, f"session affinity: RAM hit ratio {ratio:.2f} < 0.95")
+    # With the key, only each prefix's first request misses.
+    prefix = result["prefix"]["prefix_key"]
+    check(prefix["ram_hits"] == prefix["requests"] - prefix["prefixes"],
+          f"X-Prefix-Key routing: {prefix['ram_hits']} RAM hits, expected "
+          f"{prefix['requests'] - prefix['prefixes']}")
 
 
 # --- scenario: failover -------------------------------------------------------------------
