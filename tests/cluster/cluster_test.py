@@ -295,8 +295,9 @@ def run_sessions(cluster, tag, count, with_header, seed_every_turn, order_seed, 
                 a.extra = on_turn(before)
             check(a.ok, f"{s} turn {turn + 1}: {a.describe()}")
             answers[s].append(a)
-        # Each session's record is written after its answer, asynchronously: let the
-        # writes land so that a turn sent to another replica finds the last one.
+        # KV blocks (and, with --async-session-writes, the session record) are written
+        # after the answer: let them land, so that a turn sent to another replica finds
+        # them and the counters measure routing, not a race with the writer.
         cluster.wait_queues_empty(cluster.names)
     return answers
 
