@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libxxhash-dev
   libzstd-dev libhiredis-dev redis-server  # session store: compressed snapshots, Redis tier
+  haproxy                              # deploy/haproxy.cfg; the cluster test balances 3 replicas
   libboost-dev                         # encore serve: Boost.Asio + Beast (HTTP)
   libcpp-httplib-dev                   # tests: an HTTP client for encore serve
   prometheus                           # promtool: the server's /metrics is checked in a test
