@@ -11,6 +11,8 @@
 #   deploy/local-cluster.sh restart DIR N     SIGTERM replica N, wait for it to exit, start it
 #                                             again on the same port, wait until it serves
 #   deploy/local-cluster.sh status DIR        what runs, and HAProxy's view of the replicas
+#   deploy/local-cluster.sh redis-stop DIR    stop Redis (an outage: the replicas go on)
+#   deploy/local-cluster.sh redis-start DIR   start it again on the same port (what its AOF kept)
 #
 # Environment: ENCORE_BIN (default: `encore` on PATH, else build/bin/encore),
 # ENCORE_SERVE_ARGS (extra `encore serve` flags for every replica, word-split),
@@ -305,6 +307,23 @@ cmd_restart() {
   log "replica $n restarted (HAProxy: UP)"
 }
 
+cmd_redis_stop() {
+  local dir=$1
+  [ -f "$dir/env" ] || die "no cluster in $dir"
+  stop_pidfile "$dir/redis.pid"
+  log "redis stopped"
+}
+
+cmd_redis_start() {
+  local dir=$1
+  [ -f "$dir/env" ] || die "no cluster in $dir"
+  live_pid "$dir/redis.pid" >/dev/null && die "redis is already running"
+  # shellcheck source=/dev/null
+  source "$dir/env"
+  start_redis "$dir" "$REDIS_PORT"
+  log "redis started again on port $REDIS_PORT"
+}
+
 cmd_status() {
   local dir=$1 n pid
   [ -f "$dir/env" ] || die "no cluster in $dir"
@@ -343,6 +362,8 @@ main() {
     kill) [ $# -eq 2 ] || usage && cmd_kill "$1" "$2" ;;
     restart) [ $# -eq 2 ] || usage && cmd_restart "$1" "$2" ;;
     status) [ $# -eq 1 ] || usage && cmd_status "$1" ;;
+    redis-stop) [ $# -eq 1 ] || usage && cmd_redis_stop "$1" ;;
+    redis-start) [ $# -eq 1 ] || usage && cmd_redis_start "$1" ;;
     *) usage ;;
   esac
 }

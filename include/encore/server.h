@@ -120,8 +120,12 @@ class Server {
   // `grace` for those in flight to finish, then cancels what is still
   // running (a stream ends with finish_reason "cancelled" and an error event
   // with code "shutting_down"), closes every connection and stops the server
-  // (run() returns). Returns within grace plus a few seconds.
-  void drain_and_stop(std::chrono::seconds grace);
+  // (run() returns). Returns within grace plus a few seconds. `delay`: the
+  // port stays open at least this long (new requests 503, /health
+  // "draining"), for a load balancer's health checks to notice first; a
+  // connection it opened just as the port closed would get no answer.
+  void drain_and_stop(std::chrono::seconds grace,
+                      std::chrono::seconds delay = std::chrono::seconds(0));
 
   struct Impl;
 

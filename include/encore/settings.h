@@ -462,6 +462,19 @@ inline constexpr Setting kShutdownGrace{
     .fronts = kServe,
 };
 
+inline constexpr Setting kShutdownDelay{
+    .name = "shutdown_delay",
+    .flags = "--shutdown-delay",
+    .type = Type::Integer,
+    .def = 0,
+    .min = 0,
+    .max = 3600,
+    .help =
+        "Seconds after SIGTERM that the port stays open, answering new requests 503 and /health "
+        "\"draining\", so a load balancer takes the server out of rotation before it closes "
+        "(requests in flight finish meanwhile)",
+    .fronts = kServe,
+};
 inline constexpr Setting kAsyncSessionWrites{
     .name = "async_session_writes",
     .flags = "--async-session-writes",
@@ -471,7 +484,8 @@ inline constexpr Setting kAsyncSessionWrites{
     .max = 1,
     .help =
         "Answer a session's turn before its record is written to the state tiers (less latency; "
-        "a replica that dies within that window, milliseconds, loses the turn)",
+        "a server that dies before the write, milliseconds idle, seconds under load, loses the "
+        "turn and another replica starts the session afresh)",
     .fronts = kServe,
 };
 

@@ -30,6 +30,7 @@ struct ServeArgs {
   EngineFlags engine;
   AuditFlags audit;
   int shutdown_grace_s = settings::kShutdownGrace.int_default();
+  int shutdown_delay_s = settings::kShutdownDelay.int_default();
 };
 
 // Each connection holds a file descriptor: raise the soft limit to the hard
@@ -110,7 +111,8 @@ void run_serve(const ServeArgs& a) {
     ready = true;
     cv.wait(lock, [&] { return received > 0; });
   }
-  server->drain_and_stop(std::chrono::seconds(a.shutdown_grace_s));
+  server->drain_and_stop(std::chrono::seconds(a.shutdown_grace_s),
+                         std::chrono::seconds(a.shutdown_delay_s));
   http.join();
   engine->drain();  // sessions and snapshots are written
   fmt::print(stderr, "serve: stopped\n");
@@ -135,6 +137,7 @@ void add_serve_command(CLI::App& app) {
   // The limits (settings.h), checked again by Server::create with the same table.
   add_setting_flags(sub, args->server, settings::kServe);
   add_setting_flag(sub, settings::kShutdownGrace, args->shutdown_grace_s);
+  add_setting_flag(sub, settings::kShutdownDelay, args->shutdown_delay_s);
   add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kStateFlags | kSeedFlag,
                    settings::kServe);
   add_audit_flags(sub, args->audit, settings::kServe);

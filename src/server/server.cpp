@@ -380,8 +380,9 @@ void Server::set_engine(Engine* engine) {
 }
 void Server::run() { impl_->http->run(); }
 
-void Server::drain_and_stop(std::chrono::seconds grace) {
+void Server::drain_and_stop(std::chrono::seconds grace, std::chrono::seconds delay) {
   Impl& m = *impl_;
+  const auto open_until = std::chrono::steady_clock::now() + delay;
   std::unique_lock<std::mutex> lock(m.mu);
   m.draining = true;
   if (!m.idle.wait_for(lock, grace, [&] { return m.in_flight == 0; })) {
@@ -392,6 +393,8 @@ void Server::drain_and_stop(std::chrono::seconds grace) {
     m.idle.wait_for(lock, std::chrono::seconds(5), [&] { return m.in_flight == 0; });
   }
   lock.unlock();
+  std::this_thread::sleep_until(open_until);  // still answering: 503, /health "draining"
+
   m.stop_http();
   // Checks still queued are cancelled (the engine is about to go); what
   // the log holds is written.

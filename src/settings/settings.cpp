@@ -48,6 +48,7 @@ constexpr const Setting* kAll[] = {
     &kReadDeadline,
     &kIdleTimeout,
     &kShutdownGrace,
+    &kShutdownDelay,
     &kAsyncSessionWrites,
     &kAuditMaxMib,
     &kAuditRedact,

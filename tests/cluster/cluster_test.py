@@ -102,9 +102,11 @@ def request(port, method, path, body=None, headers=None, timeout=HTTP_TIMEOUT):
         conn.close()
 
 
-def complete(port, body, session_header=None):
+def complete(port, body, session_header=None, headers=None):
     """POST /v1/completions (whole or streamed); never raises: errors are in the Answer."""
-    headers = {"X-Session-Id": session_header} if session_header else {}
+    headers = dict(headers or {})
+    if session_header:
+        headers["X-Session-Id"] = session_header
     try:
         status, hdrs, raw = request(port, "POST", "/v1/completions", body, headers)
         replica = hdrs.get("X-Encore-Replica") or hdrs.get("x-encore-replica", "")
@@ -470,7 +472,9 @@ def scenario_failover(cluster, opts, summary):
         return out
 
     first = send(0)
-    cluster.wait_queues_empty(cluster.names)
+    # No wait for the write queues: a session's answer ends only once its turn is written
+    # (engine default; --async-session-writes would lose turns here), so the kill may come
+    # right after the last answer.
     served = {}
     for s, a in first.items():
         served.setdefault(a.replica, []).append(s)
@@ -523,6 +527,111 @@ def scenario_failover(cluster, opts, summary):
     check(not differ, "answers differ from encore run --session:\n  " + "\n  ".join(differ[:10]))
     check(restored == len(moved),
           f"restored requests on the survivors {restored:g} != moved sessions {len(moved)}")
+
+
+# --- scenario: a replica killed with requests in flight -----------------------------------
+
+def scenario_inflight(cluster, opts, summary):
+    """A long streamed and a long whole answer are in flight on one replica when it is
+    SIGKILLed: each fails at the client (a cut stream without [DONE], or an error status),
+    never a partial answer that looks complete; HAProxy does not run them again elsewhere."""
+    body = {"prompt": "Once upon a time", "max_tokens": 400, "n": 32, "ignore_eos": True,
+            "seed": 5, "temperature": TEMPERATURE}
+    conn = http.client.HTTPConnection("127.0.0.1", cluster.lb, timeout=HTTP_TIMEOUT)
+    conn.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    check(resp.status == 200, f"inflight: stream status {resp.status}")
+    victim = resp.getheader("X-Encore-Replica", "")
+    check(victim in cluster.names, f"inflight: no X-Encore-Replica header ({victim!r})")
+    first = resp.read1(65536).decode(errors="replace")
+    check(first.startswith("data: "), f"inflight: no first event: {first[:200]!r}")
+    # A whole answer on the same replica: routed by an X-Prefix-Key that hashes to it
+    # (found by trying a few; requests without a key go round robin).
+    whole, key = {}, None
+    for k in range(100):
+        probe = complete(cluster.lb, {"prompt": "Tom", "max_tokens": 1},
+                         headers={"X-Prefix-Key": f"if-{k}"})
+        if probe.ok and probe.replica == victim:
+            key = f"if-{k}"
+            break
+    check(key is not None, f"inflight: no X-Prefix-Key routed to {victim}")
+
+    def send_whole():
+        whole["answer"] = complete(cluster.lb, body, headers={"X-Prefix-Key": key})
+
+    t = threading.Thread(target=send_whole)
+    t.start()
+    time.sleep(0.5)  # both running now (3 s of work each)
+    cluster.run("kill", cluster.dir, victim[1:])
+    rest, cut = "", False
+    try:
+        while chunk := resp.read1(65536):
+            rest += chunk.decode(errors="replace")
+    except (http.client.IncompleteRead, ConnectionError, OSError):
+        cut = True
+    conn.close()
+    t.join(HTTP_TIMEOUT + 5)
+    stream_text = first + rest
+    finished = stream_text.count('"finish_reason":"')
+    done = "data: [DONE]" in stream_text
+    w = whole.get("answer")
+    print(f"inflight: killed {victim} mid-answer; stream: cut {cut}, [DONE] {done}, "
+          f"{finished}/32 choices finished; whole answer: "
+          f"{w.describe()[:120] if w else 'none'}", flush=True)
+    summary["inflight"] = {"victim": victim, "stream_cut": cut, "stream_done": done,
+                           "whole_status": w.status if w else None,
+                           "whole_error": (w.error[:80] if w else "")}
+    check(not done and finished < 32, "the cut stream looks complete")
+    check(w is not None and not w.ok, f"the whole answer looks complete: {w and w.describe()}")
+    check(w.status != 200 or w.error, f"the whole answer came back 200 and parsed: {w.describe()}")
+
+
+# --- scenario: Redis down and back --------------------------------------------------------
+
+def scenario_redis(cluster, opts, summary):
+    """Redis stops: every replica goes on serving (sessions continue from RAM and their own
+    state directory), counts the errors, and writes to Redis again once it is back."""
+    tag, count = "rd", 8
+    errors_before = cluster.total("encore_redis_errors_total")
+    cluster.run("redis-stop", cluster.dir)
+    continued, failed = 0, []
+    for i in range(count):
+        s = f"{tag}-{i}"
+        for turn in range(2):
+            body = turn_body(s, turn, conversation(tag, i)[turn], 2000 + i, opts.seed_every_turn)
+            a = complete(cluster.lb, body, s)
+            if not a.ok:
+                failed.append(f"{s} turn {turn + 1}: {a.describe()}")
+            elif turn == 1 and a.body.get("session_continued"):
+                continued += 1
+    errors = cluster.total("encore_redis_errors_total") - errors_before
+    cluster.run("redis-start", cluster.dir)
+    # Back: within the replicas' retry interval (1 s) writes reach Redis again; a new
+    # session's answer ends once its turn is written, so its key is there when it comes.
+    found, deadline = False, time.monotonic() + 15
+    k = 0
+    while not found and time.monotonic() < deadline:
+        s = f"{tag}-back-{k}"
+        a = complete(cluster.lb, turn_body(s, 0, conversation(tag, 100 + k)[0], 1, False), s)
+        check(a.ok, f"after Redis returned: {a.describe()}")
+        out = subprocess.run(["redis-cli", "-p", cluster.env["REDIS_PORT"], "--scan",
+                              "--pattern", f"*:session/{s}"], capture_output=True, text=True,
+                             timeout=10).stdout
+        found = bool(out.strip())
+        k += 1
+        if not found:
+            time.sleep(0.5)
+    summary["redis_outage"] = {"requests": 2 * count, "failed": len(failed),
+                               "turn2_continued": continued, "redis_errors_counted": errors,
+                               "writes_resumed": found, "sessions_until_resumed": k}
+    print(f"redis outage: {2 * count} requests, {len(failed)} failed, {continued}/{count} "
+          f"turn 2s continued their session, encore_redis_errors_total +{errors:g}; Redis "
+          f"back: session {k} written to it: {found}", flush=True)
+    check(not failed, "requests failed while Redis was down:\n  " + "\n  ".join(failed[:5]))
+    check(continued == count, f"only {continued}/{count} sessions continued without Redis")
+    check(errors > 0, "no Redis error was counted while it was down")
+    check(found, "no session reached Redis within 15 s of its return")
 
 
 # --- scenario: rolling restart ------------------------------------------------------------
@@ -701,12 +810,12 @@ def parse_args():
     p.add_argument("--encore", required=True, help="the encore binary")
     p.add_argument("--model", required=True, help="a small model, e.g. stories260K.gguf")
     p.add_argument("--cluster-script", default=os.path.join(here, "..", "..", "deploy", "local-cluster.sh"))
-    p.add_argument("--scenarios", default="affinity,failover,return,rolling")
+    p.add_argument("--scenarios", default="affinity,failover,return,inflight,redis,rolling")
     p.add_argument("--affinity-sessions", type=int, default=30)
     p.add_argument("--failover-sessions", type=int, default=20)
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--load-seconds", type=float, default=30)
-    p.add_argument("--serve-args", default="-t 1 --kv-mem 256 --shutdown-grace 10",
+    p.add_argument("--serve-args", default="-t 1 --kv-mem 256 --shutdown-grace 10 --shutdown-delay 3",
                    help="extra encore serve flags for every replica")
     p.add_argument("--seed-every-turn", action="store_true",
                    help="send a seed on every turn (servers before seeds continued sessions)")
@@ -741,7 +850,8 @@ def main():
                       os.path.abspath(opts.model), workdir, opts.serve_args)
     summary, failures, started = {}, [], time.monotonic()
     scenarios = {"affinity": scenario_affinity, "failover": scenario_failover,
-                 "return": scenario_return, "rolling": scenario_rolling}
+                 "return": scenario_return, "inflight": scenario_inflight,
+                 "redis": scenario_redis, "rolling": scenario_rolling}
     try:
         summary["cluster_start_seconds"] = round(cluster.start(), 1)
         print(f"cluster up in {summary['cluster_start_seconds']} s: {workdir}", flush=True)
@@ -753,7 +863,7 @@ def main():
             except TestFailure as e:
                 failures.append(name)
                 print(f"FAIL {name}: {e}", flush=True)
-            if name == "failover":
+            if name in ("failover", "inflight"):
                 # Bring the killed replica back for what follows.
                 for n in cluster.names:
                     if cluster.haproxy_status().get(n, "").startswith("DOWN"):
