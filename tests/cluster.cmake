@@ -1,7 +1,8 @@
 # Encore behind HAProxy: 3 replicas sharing one Redis, started by deploy/local-cluster.sh
 # with the shipped deploy/haproxy.cfg and deploy/redis.conf (issue 28): session affinity
 # (RAM prefix-cache hits), failover after a SIGKILL (answers equal `encore run --session`,
-# KV restored from Redis), a rolling restart under 16 clients (0 failed, 0 different).
+# KV restored from Redis), answers in flight on a killed replica fail at the client, Redis
+# down and back, a rolling restart under 16 clients (0 failed, 0 different).
 # Loopback only, about 2 minutes; skipped (exit 77) when haproxy or redis-server is
 # missing, with the reason printed. Python 3 standard library only.
 set(ENCORE_CLUSTER_TEST_ARGS

@@ -4,7 +4,7 @@
 Scenarios (issue 28), all through the balancer on loopback, each bounded in time:
   affinity  30 sessions x 3 turns with X-Session-Id: turn 2+ hits the RAM prefix cache of
             the replica that served turn 1 (>= 95 % of sessions); the same workload without
-            the header (round robin) for comparison.
+            the header (round robin) and straight to one replica (direct) for comparison.
   failover  20 sessions x 3 turns; after turn 1 one replica that served a session is
             SIGKILLed; turns 2 and 3 land on the survivors, which restore the moved
             sessions' KV from Redis (encore_requests_restored_total = moved sessions), and
@@ -12,6 +12,10 @@ Scenarios (issue 28), all through the balancer on loopback, each bounded in time
   return    then the killed replica is started again and every session sends turn 4: the
             moved sessions go back to it (consistent hashing) and still answer as
             `encore run --session` does, though its own --state-dir holds their turn 1 only.
+  inflight  a long streamed and a long whole answer in flight on a replica that is
+            SIGKILLed: both fail at the client (a cut stream, a 502), never look complete.
+  redis     Redis stopped: every request still answered, sessions continue from RAM and
+            disk, errors counted; Redis back: a session's turn reaches it again.
   rolling   16 clients for 30 s while each replica is restarted in turn
             (local-cluster.sh restart): 0 failed requests, every answer equal to the same
             request answered alone afterwards.
@@ -279,9 +283,11 @@ def conversation(tag, i, turns=3):
     return ([f"{tag} story {i}:{STORY}"] + FOLLOW_UPS)[:turns]
 
 
-def run_sessions(cluster, tag, count, with_header, seed_every_turn, order_seed, on_turn=None):
-    """count sessions x 3 turns through the balancer, round by round (all turn 1s, then all
-    turn 2s...), sessions in a shuffled order per round. Returns {session: [Answer x3]}."""
+def run_sessions(cluster, tag, count, with_header, seed_every_turn, order_seed, on_turn=None,
+                 port=None):
+    """count sessions x 3 turns through the balancer (or straight to `port`), round by round
+    (all turn 1s, then all turn 2s...), sessions in a shuffled order per round. Returns
+    {session: [Answer x3]}."""
     rng = random.Random(order_seed)
     sessions = [f"{tag}-{i}" for i in range(count)]
     answers = {s: [] for s in sessions}
@@ -292,7 +298,7 @@ def run_sessions(cluster, tag, count, with_header, seed_every_turn, order_seed, 
             i = int(s.rsplit("-", 1)[1])
             body = turn_body(s, turn, conversation(tag, i)[turn], 1000 + i, seed_every_turn)
             before = on_turn(None) if on_turn else None
-            a = complete(cluster.lb, body, s if with_header else None)
+            a = complete(port or cluster.lb, body, s if with_header else None)
             if on_turn:
                 a.extra = on_turn(before)
             check(a.ok, f"{s} turn {turn + 1}: {a.describe()}")
@@ -380,9 +386,11 @@ def scenario_affinity(cluster, opts, summary):
     result = {}
     measure = cache_counters(cluster)
 
-    for mode, with_header in (("affinity", True), ("round_robin", False)):
+    # direct: one replica without the balancer, the best a cache can do.
+    for mode, with_header, port in (("affinity", True, None), ("round_robin", False, None),
+                                    ("direct", False, cluster.port("r2"))):
         answers = run_sessions(cluster, f"aff-{mode}", opts.affinity_sessions, with_header,
-                               opts.seed_every_turn, order_seed=7, on_turn=measure)
+                               opts.seed_every_turn, order_seed=7, on_turn=measure, port=port)
 
         def ram_hit(a):
             hit_blocks, restored = a.extra
