@@ -180,9 +180,10 @@ start_replica() {
   local port=${!port_var}
   mkdir -p "$dir/r$n/state"
   # --max-connections-per-ip 0: every request comes from HAProxy's one address.
+  # --idle-timeout 60: HAProxy closes idle connections first (deploy/encore.service).
   # shellcheck disable=SC2086,SC2153  # ENCORE_SERVE_ARGS: a list of flags; MODEL: from env
   "$ENCORE_BIN" serve -m "$MODEL" --host 127.0.0.1 --port "$port" \
-    --state-dir "$dir/r$n/state" --redis "$REDIS_URL" --max-connections-per-ip 0 \
+    --state-dir "$dir/r$n/state" --redis "$REDIS_URL" --max-connections-per-ip 0 --idle-timeout 60 \
     ${ENCORE_SERVE_ARGS:-} </dev/null >>"$dir/r$n/encore.log" 2>&1 &
   echo $! >"$dir/r$n/encore.pid"
   wait_replica_healthy "$dir" "$n" "$port"

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -224,8 +225,18 @@ TEST_F(ServeSession, AConversationReplaysWithoutRepeatingSeedsOnOneServerAndAcro
   EXPECT_EQ(metric(b, "encore_seeds_session_total"), 2);
   EXPECT_EQ(metric(a, "encore_requests_restored_total"), 0) << "a's turns hit its RAM cache";
 
-  // Changes when it should: another first seed changes the later turns too,
+  // --async-session-writes answers first: the write is still queued then.
+  ServeProcess c(model_,
+                 {"--state-dir", d.file("c"), "--redis", redis.url(), "--async-session-writes"});
+  ASSERT_TRUE(c.ready()) << c.stderr_text();
+  ASSERT_EQ(redis.cli("CLIENT PAUSE 300 WRITE"), "OK\n");
   int status = 0;
+  post_json(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}}, &status,
+            {{"X-Session-Id", "async"}});
+  ASSERT_EQ(status, 200);
+  EXPECT_GT(metric(c, "encore_state_write_queue_bytes"), 0);
+
+  // Changes when it should: another first seed changes the later turns too,
   const std::vector<Turn> other = conversation(a, a, "other", 42);
   ASSERT_EQ(other.size(), 3u);
   EXPECT_NE(other[1].text, once[1].text);
@@ -241,6 +252,35 @@ TEST_F(ServeSession, AConversationReplaysWithoutRepeatingSeedsOnOneServerAndAcro
   ASSERT_EQ(status, 200) << two.dump();
   EXPECT_EQ(two["seed"], 7);
   EXPECT_NE(two["choices"][0]["text"], once[1].text);
+}
+
+// A chat sends the whole conversation each turn: its turn k takes the
+// session's seed + k - 1 (k user messages), so a turn sent again (a retry
+// after a lost answer) gets the same seed and answer, while the next turn
+// gets the next seed.
+TEST_F(ServeSession, AChatTurnSentAgainGetsTheSameSeed) {
+  TempDir d;
+  ServeProcess s(model_, {"--state-dir", d.file("state"), "--chat-template", "chatml"});
+  ASSERT_TRUE(s.ready()) << s.stderr_text();
+  auto chat = [&](const Json& messages, std::optional<uint64_t> seed) {
+    Json body = {{"messages", messages}, {"max_tokens", 8}, {"session_id", "c"}};
+    if (seed) body["seed"] = *seed;
+    int status = 0;
+    Json j = post_json(s, "/v1/chat/completions", body, &status);
+    EXPECT_EQ(status, 200) << j.dump();
+    return j;
+  };
+  Json m = Json::array({{{"role", "user"}, {"content", "Hi"}}});
+  const Json one = chat(m, 20);
+  m.push_back({{"role", "assistant"}, {"content", one["choices"][0]["message"]["content"]}});
+  m.push_back({{"role", "user"}, {"content", "Tell me a story"}});
+  const Json two = chat(m, std::nullopt), again = chat(m, std::nullopt);
+  EXPECT_EQ(two["seed"], 21);
+  EXPECT_EQ(again["seed"], 21) << "a retried turn counts as the same turn";
+  EXPECT_EQ(again["choices"][0]["message"]["content"], two["choices"][0]["message"]["content"]);
+  m.push_back({{"role", "assistant"}, {"content", two["choices"][0]["message"]["content"]}});
+  m.push_back({{"role", "user"}, {"content", "And then?"}});
+  EXPECT_EQ(chat(m, std::nullopt)["seed"], 22);
 }
 
 TEST_F(ServeSession, TheSessionHeaderMustAgreeWithTheBody) {

@@ -538,6 +538,32 @@ TEST_F(Serve, SigtermFinishesWhatIsInFlight) {
   EXPECT_NE(a.text().find("data: [DONE]"), std::string::npos) << "the stream was cut at shutdown";
 }
 
+// --shutdown-delay: after SIGTERM the port stays open, /health answering 503
+// "draining" and requests 503, for a load balancer to take the server out
+// before it closes (deploy/haproxy.cfg); without it, it closes at once.
+TEST_F(Serve, ShutdownDelayKeepsThePortOpenAnsweringDraining) {
+  for (const bool delay : {true, false}) {
+    ServeProcess s(*model_, delay ? std::vector<std::string>{"--shutdown-delay", "3"}
+                                  : std::vector<std::string>{});
+    ASSERT_TRUE(s.ready()) << s.stderr_text();
+    ASSERT_EQ(kill(s.pid(), SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    httplib::Client c = s.client();
+    auto h = c.Get("/health");
+    if (delay) {
+      ASSERT_TRUE(h) << "the port closed before --shutdown-delay passed";
+      EXPECT_EQ(h->status, 503);
+      EXPECT_NE(h->body.find("draining"), std::string::npos) << h->body;
+      auto r = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":1})", kJson);
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 503);
+    } else {
+      EXPECT_FALSE(h) << "without a delay the port closes once nothing is in flight";
+    }
+    EXPECT_EQ(s.wait_exit(), 0) << s.stderr_text();
+  }
+}
+
 TEST_F(Serve, TheOpenAiNodeClientWorks) {
   const std::string dir = ENCORE_SOURCE_DIR "/tests/node";
   if (!std::ifstream(dir + "/node_modules/openai/package.json")) {

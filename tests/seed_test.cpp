@@ -199,8 +199,8 @@ TEST_F(EngineSeedRun, ResponseSaysWhereTheSeedCameFrom) {
   EXPECT_EQ(s.seeds_derived, 0);
 }
 
-// A new turn of a session without a seed takes the session's (the last
-// turn's + 1, issue 28), even with a secret: the conversation counts its
+// A new turn of a session without a seed takes the session's seed + the
+// turn's index (issue 28), even with a secret: the conversation counts its
 // turns as `encore chat` does. Its first turn was derived like any prompt.
 TEST_F(EngineSeedRun, ASessionsNextTurnFollowsTheSessionsSeedEvenWithASecret) {
   auto e = open(kSecret);
@@ -219,14 +219,14 @@ TEST_F(EngineSeedRun, ASessionsNextTurnFollowsTheSessionsSeedEvenWithASecret) {
   EXPECT_EQ(r2.seed_source, SeedSource::Session);
   EXPECT_EQ(r2.seed, r1.seed + 1);
   EXPECT_EQ(r2.effective.seed, r2.seed);
-  // An explicit seed wins, and the next turn counts on from it.
+  // An explicit seed wins for its turn; the next counts from the session's.
   Request turn3 = request(added, 77, 4);
   turn3.session = "conv";
   EXPECT_EQ(e->run(turn3).seed_source, SeedSource::Given);
   Request turn4 = request(added, 0, 4);
   turn4.seed.reset();
   turn4.session = "conv";
-  EXPECT_EQ(e->run(turn4).seed, 78u);
+  EXPECT_EQ(e->run(turn4).seed, r1.seed + 3);
   e->drain();
   EXPECT_EQ(e->stats().seeds_session, 2);
 }

@@ -133,7 +133,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t seeds_drawn = 0;    // requests without a seed: drawn from the OS
   int64_t seeds_derived = 0;  // requests without a seed: derived (EngineOptions::seed_secret)
-  int64_t seeds_session = 0;  // new turns of a session without a seed: the last turn's + 1
+  int64_t seeds_session = 0;  // new turns of a session without a seed (the session's seed)
   // Requests whose tenant gave a seed it gave with another prompt within its
   // last kSeedReuseWindow (seed, prompt) pairs (src/engine/seed_reuse.h).
   int64_t seeds_reused = 0;
@@ -246,7 +246,9 @@ class Engine {
   // InvalidArgument without state tiers or for a bad id.
   std::optional<RunState> load_session(const std::string& tenant, const std::string& session,
                                        std::string* absent = nullptr);
-  // Queues `state` to be written as session (tenant, session).
+  // Queues `state` to be written as session (tenant, session). A state
+  // without a generation (RunState) gets the saved record's + 1, and its
+  // session seed and turns when it has none.
   void save_session(const std::string& tenant, const std::string& session, const RunState& state);
   // Per state tier (name, counters); empty without state tiers.
   std::vector<std::pair<std::string, StoreCounters>> state_counters() const;

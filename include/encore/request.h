@@ -175,7 +175,7 @@ struct Usage {
 // Where Response::seed came from: the request (or the session or resume
 // state it continues), the OS entropy source, the engine's derivation
 // secret (EngineOptions::seed_secret, seed.h), or the session it continues
-// with a new turn (the saved turn's seed + 1).
+// with a new turn (the session's seed + the turn's index).
 enum class SeedSource { Given, Drawn, Derived, Session };
 // "given", "drawn", "derived", "session".
 const char* seed_source_name(SeedSource s);

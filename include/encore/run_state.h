@@ -26,10 +26,18 @@ struct RunState {
   // `resume`, the samples' states. max_tokens, tenant and priority are a
   // call's, not the generation's: not saved.
   Request request;
-  // A session record's write time (Unix ms, the writing process's clock; 0:
-  // unknown, e.g. a --save-state file). The same session may be in several
-  // tiers, a replica's own directory holding an older turn than Redis after
-  // the session went on elsewhere: the newest record wins.
+  // A session record's counts (none in a --save-state file):
+  // - session_seed: the seed of its first turn. A new turn without a seed
+  //   takes session_seed + its turn index, as `encore chat` counts (turn k
+  //   of a chat: k user messages, session_seed + k - 1).
+  // - turns: turns with a new prompt so far (1 after the first).
+  // - generation and saved_ms (Unix ms, the writer's clock): the same
+  //   session may be in several tiers, a replica's own directory holding an
+  //   older turn than Redis after the session went on elsewhere: the record
+  //   with the highest (generation, saved_ms) wins (load_session).
+  std::optional<uint64_t> session_seed;
+  int64_t turns = 0;
+  uint64_t generation = 0;
   uint64_t saved_ms = 0;
 };
 

@@ -403,7 +403,17 @@ std::optional<RunState> Engine::load_session(const std::string& tenant, const st
 
 void Engine::save_session(const std::string& tenant, const std::string& session,
                           const RunState& state) {
-  persistence_of(*impl_, session).save_session(tenant, session, state);
+  Persistence& p = persistence_of(*impl_, session);
+  RunState s = state;
+  if (s.generation == 0) {  // newer than the record it replaces (load_session compares them)
+    const SessionLoad l = p.load_session(tenant, session, false);
+    s.generation = l.state ? l.state->generation + 1 : 1;
+    if (l.state && !s.session_seed) {
+      s.session_seed = l.state->session_seed;
+      s.turns = l.state->turns;
+    }
+  }
+  p.save_session(tenant, session, s);
 }
 
 std::vector<std::pair<std::string, StoreCounters>> Engine::state_counters() const {

@@ -80,9 +80,14 @@ struct Engine::Impl {
   struct SessionStart {
     bool found = false;
     bool continues_answer = false;  // no prompt: the last answer of a chat goes on
-    // A new turn (a prompt) without a seed: the saved turn's seed + 1, so a
-    // conversation replays by default (SeedSource::Session).
+    // A new turn (a prompt) without a seed: the session's seed + the turn's
+    // index, so a conversation replays by default (SeedSource::Session).
     std::optional<uint64_t> turn_seed;
+    // The found record's counts (RunState), for the record this call saves.
+    std::optional<uint64_t> session_seed;
+    int64_t turns = 0;
+    uint64_t generation = 0;
+    bool new_turn = false;  // a prompt was given
     std::vector<ChatMessage> history;
     std::string chat_template;
   };

@@ -83,11 +83,14 @@ struct Job {
   int32_t logprobs = -1;
   bool ignore_eos = false;
   std::string tenant;
-  std::string session;            // save the session at the end ("": none)
-  bool persist = false;           // write the samples' blocks to the state tiers at the end
-  Request saved;                  // what a session record keeps of the request (no prompt text)
-  bool continues_answer = false;  // saved.messages ends with the answer this call extends
-  BlockHash root;                 // prefix_root(system fingerprint, tenant)
+  std::string session;        // save the session at the end ("": none)
+  bool persist = false;       // write the samples' blocks to the state tiers at the end
+  Request saved;              // what a session record keeps of the request (no prompt text)
+  uint64_t session_seed = 0;  // the session's counts after this call (RunState)
+  int64_t session_turns = 0;
+  uint64_t session_generation = 0;
+  bool continues_answer = false;         // saved.messages ends with the answer this call extends
+  BlockHash root;                        // prefix_root(system fingerprint, tenant)
   std::vector<BlockHash> prompt_hashes;  // [prompt.size() / block_tokens] hash chain
 
   Phase phase = Phase::Waiting;
@@ -97,6 +100,7 @@ struct Job {
   std::vector<float> base_logits;  // [n_vocab] after the prompt
   std::vector<SampleRun> samples;  // [n]
   bool admitted_once = false;
+  bool restored_once = false;  // some KV came from the state tiers (counted once)
   // The state tiers had no block for prompt block index >= this: a job that
   // waits for room does not ask them again at every step.
   size_t store_miss_at = SIZE_MAX;

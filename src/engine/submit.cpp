@@ -161,10 +161,25 @@ Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   std::optional<RunState>& saved = load.state;
   start.found = true;
   Request& s = saved->request;
-  // The next turn's seed follows from the last one, as `encore chat` counts
-  // them: the same conversation gives the same answers on any replica
-  // without the client repeating seeds. An explicit seed still wins.
-  if (!no_prompt && !r.seed && s.seed) start.turn_seed = *s.seed + 1;  // wraps: any uint64 is one
+  // A new turn's seed is the session's seed + the turn's index, as `encore
+  // chat` counts them: the same conversation gives the same answers on any
+  // replica without the client repeating seeds, and a chat turn sent again
+  // (the whole conversation each time) gets the same seed again. An
+  // explicit seed still wins. A record from before these counts: its seed
+  // stands for the session's, its turn for the first.
+  start.session_seed = saved->session_seed ? saved->session_seed : s.seed;
+  start.turns = std::max<int64_t>(saved->turns, 1);
+  start.generation = saved->generation;
+  start.new_turn = !no_prompt;
+  if (!no_prompt && !r.seed && start.session_seed) {
+    int64_t index = start.turns;
+    if (!r.messages.empty()) {
+      index = 0;
+      for (const ChatMessage& m : r.messages) index += m.role == "user" ? 1 : 0;
+      index = std::max<int64_t>(index - 1, 0);
+    }
+    start.turn_seed = *start.session_seed + static_cast<uint64_t>(index);  // wraps: any is one
+  }
   if (no_prompt) {
     if (saved->n_ctx != info.n_ctx) {
       throw InvalidArgument(
@@ -336,6 +351,11 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   job->session = r.session;
   job->persist = r.persist || !r.session.empty();
   keep_for_session(*job, r, start);
+  if (!r.session.empty()) {  // the counts the record this call saves carries (RunState)
+    job->session_seed = start.found && start.session_seed ? *start.session_seed : *r.seed;
+    job->session_turns = start.found ? start.turns + (start.new_turn ? 1 : 0) : 1;
+    job->session_generation = start.generation + 1;
+  }
   job->max_tokens = r.max_tokens;
   job->logprobs = r.logprobs;
   job->ignore_eos = r.ignore_eos;

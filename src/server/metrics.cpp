@@ -172,7 +172,8 @@ std::string Metrics::render(const EngineStats& e,
          "Requests without a seed (one was derived from the --derive-seed secret).",
          e.seeds_derived);
   single("encore_seeds_session_total", "counter",
-         "New turns of a session without a seed (the last turn's seed + 1).", e.seeds_session);
+         "New turns of a session without a seed (the session's seed + the turn's index).",
+         e.seeds_session);
   single("encore_seed_reuse_total", "counter",
          "Requests giving a seed their tenant gave recently with another prompt (counted, not "
          "refused).",

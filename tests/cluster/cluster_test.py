@@ -570,7 +570,11 @@ def scenario_inflight(cluster, opts, summary):
 
     t = threading.Thread(target=send_whole)
     t.start()
-    time.sleep(0.5)  # both running now (3 s of work each)
+    # Both in flight on the victim (3 s of work each here) before it dies.
+    deadline = time.monotonic() + 10
+    while metric(cluster.port(victim), "encore_requests_in_flight") < 2:
+        check(time.monotonic() < deadline, "inflight: the whole answer never reached the victim")
+        time.sleep(0.02)
     cluster.run("kill", cluster.dir, victim[1:])
     rest, cut = "", False
     try:
@@ -828,6 +832,9 @@ def parse_args():
     p.add_argument("--seed-every-turn", action="store_true",
                    help="send a seed on every turn (servers before seeds continued sessions)")
     p.add_argument("--summary", help="write the numbers measured as JSON to this file")
+    p.add_argument("--deadline", type=float, default=250,
+                   help="seconds after which the test stops the cluster and fails (under "
+                        "ctest's 300 s timeout, whose SIGKILL would leave the cluster running)")
     p.add_argument("--keep", action="store_true", help="keep the cluster directory (logs)")
     p.add_argument("--skip-missing-model", action="store_true",
                    help="skip (exit 77) instead of failing when --model is missing")
@@ -851,11 +858,23 @@ def main():
                   f"-DENCORE_SKIP_SHARED_TESTS=ON to skip data tests)")
             return 1
 
-    # ctest's timeout (or a Ctrl-C) must still stop the cluster: leave through `finally`.
+    # A Ctrl-C or SIGTERM must still stop the cluster: leave through `finally`. ctest's own
+    # timeout sends SIGKILL, which would orphan it: a watchdog stops it first.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     workdir = tempfile.mkdtemp(prefix="encore-cluster-")
     cluster = Cluster(os.path.abspath(opts.cluster_script), os.path.abspath(opts.encore),
                       os.path.abspath(opts.model), workdir, opts.serve_args)
+
+    def past_deadline():
+        print(f"FAIL: still running after {opts.deadline} s: stopping the cluster", flush=True)
+        try:
+            cluster.stop()
+        finally:
+            os._exit(1)
+
+    watchdog = threading.Timer(opts.deadline, past_deadline)
+    watchdog.daemon = True
+    watchdog.start()
     summary, failures, started = {}, [], time.monotonic()
     scenarios = {"affinity": scenario_affinity, "failover": scenario_failover,
                  "return": scenario_return, "inflight": scenario_inflight,
@@ -885,6 +904,7 @@ def main():
         except Exception as e:  # keep the first failure's message; still report this one
             failures.append("stop")
             print(f"FAIL: stopping the cluster: {e}", flush=True)
+        watchdog.cancel()
     summary["total_seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(summary, indent=1))
     if opts.summary:

@@ -216,7 +216,10 @@ void OutputProcessor::complete(Job& job, Response::Status status, std::string er
     } else if (!saved.messages.empty()) {
       saved.messages.push_back({"assistant", r.samples[0].text});
     }
-    const RunState state = run_state_after(saved, r, persist_->fingerprint(), n_ctx_);
+    RunState state = run_state_after(saved, r, persist_->fingerprint(), n_ctx_);
+    state.session_seed = job.session_seed;
+    state.turns = job.session_turns;
+    state.generation = job.session_generation;
     if (sync_sessions_) {
       // The answer ends once the turn is in the tiers (its blocks were
       // queued before it): a replica that dies after answering has lost

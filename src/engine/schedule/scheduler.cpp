@@ -300,7 +300,6 @@ void Scheduler::admit() {
       job.admitted_once = true;
       job.response.usage.cached_tokens = n;
       job.response.usage.restored_tokens = restored * bt;
-      if (restored > 0) ++counters_.requests_restored;
       job.first_step = Clock::now();
     }
     job.phase = Job::Phase::Prompt;
@@ -319,6 +318,10 @@ int32_t Scheduler::find_block(Job& job, const BlockKey& key, std::span<const Tok
   if (block < 0 && persist_ && try_store) {
     block = persist_->restore(job.tenant, key, tokens);
     *restored = block >= 0;
+    if (*restored && !job.restored_once) {  // EngineStats::requests_restored
+      job.restored_once = true;
+      ++counters_.requests_restored;
+    }
   }
   return block;
 }

@@ -177,6 +177,7 @@ void Persistence::save_session(const std::string& tenant, const std::string& ses
   Write w;
   w.items.emplace_back(key(tenant, "session/" + session), run_state_json(stamped));
   w.done = std::move(on_written);
+  w.session = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.sessions_saved;
@@ -252,14 +253,16 @@ SessionLoad Persistence::load_session(const std::string& tenant, const std::stri
     return out;
   }
   if (hits.empty()) return out;
-  // The newest usable record wins (ties: the faster tier); one that does not
+  // The newest usable record wins: the most saves, then the latest (ties:
+  // the faster tier; RunState::generation); one that does not
   // parse is counted and logged, and used by nobody.
   const TieredStore::Hit* best_hit = nullptr;
   for (const TieredStore::Hit& hit : hits) {
     try {
       RunState s = parse_run_state(hit.payload, "session " + session);
       if (s.system_fingerprint != fingerprint_) throw InvalidArgument("another system fingerprint");
-      if (!out.state || s.saved_ms > out.state->saved_ms) {
+      if (!out.state || std::pair(s.generation, s.saved_ms) >
+                            std::pair(out.state->generation, out.state->saved_ms)) {
         out.state = std::move(s);
         best_hit = &hit;
       }
@@ -307,23 +310,26 @@ std::optional<std::string> Persistence::pending(const StoreKey& key) const {
 void Persistence::enqueue(Write w) {
   if (w.ttl.count() == 0) w.ttl = ttl_;
   for (const auto& item : w.items) w.bytes += item.second.size();
-  std::vector<std::function<void()>> dropped;  // told outside the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
-    while (!queue_.empty() && queued_bytes_ + w.bytes > kMaxQueuedBytes) {
-      // The tiers cannot keep up: the oldest writes go (recomputed if needed).
-      Write& old = queue_.front();
+    // The tiers cannot keep up: the oldest KV block writes go (recomputed
+    // if needed). Session records are never dropped: they are small, and a
+    // lost one would let a later turn continue from an older one.
+    auto old = queue_.begin();
+    while (queued_bytes_ + w.bytes > kMaxQueuedBytes && old != queue_.end()) {
+      if (old->session) {
+        ++old;
+        continue;
+      }
       ++c_.write_errors;
-      for (const auto& item : old.items) written_.erase(item.first.name);
-      queued_bytes_ -= old.bytes;
-      if (old.done) dropped.push_back(std::move(old.done));
-      queue_.pop_front();
+      for (const auto& item : old->items) written_.erase(item.first.name);
+      queued_bytes_ -= old->bytes;
+      old = queue_.erase(old);
     }
     queued_bytes_ += w.bytes;
     queue_.push_back(std::move(w));
   }
   wake_.notify_all();
-  for (const auto& done : dropped) done();
 }
 
 void Persistence::writer_main() {
@@ -351,6 +357,15 @@ void Persistence::writer_main() {
       ++c_.write_errors;
       for (const auto& item : w.items) written_.erase(item.first.name);
     }
+    // Before the write counts as done, so that flush() also waits for the
+    // answers it releases. Nothing else touches current_.done.
+    if (w.done) {
+      try {
+        w.done();
+      } catch (const std::exception& e) {  // e.g. out of memory: that answer only
+        if (log_) log_(fmt::format("state: after a session write: {}", e.what()));
+      }
+    }
     Write done;  // freed after the lock is released (it may hold many KV blocks)
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -359,7 +374,6 @@ void Persistence::writer_main() {
       current_ = Write{};
     }
     idle_.notify_all();
-    if (done.done) done.done();
   }
 }
 

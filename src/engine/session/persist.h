@@ -80,7 +80,8 @@ class Persistence {
   void capture(const Job& job, int i);
   // Queues the session record of `job` after its blocks. on_written (may be
   // empty) runs on the writer thread once the record and every write queued
-  // before it are done: written, failed (counted) or dropped for room.
+  // before it were tried: written, or failed in a tier (counted, logged: e.g.
+  // Redis down). Session records are never dropped for room.
   void save_session(const std::string& tenant, const std::string& session, const RunState& state,
                     std::function<void()> on_written = {});
   // The session record, or why there is none: the newest one (RunState::
@@ -107,7 +108,8 @@ class Persistence {
     size_t above = SIZE_MAX;  // only the tiers before this one (a promotion); else all
     std::chrono::milliseconds ttl{0};
     size_t bytes = 0;
-    std::function<void()> done;  // after the write (or its drop), outside the lock
+    std::function<void()> done;  // after the write (failed or not), outside the lock
+    bool session = false;        // a session record: never dropped for room
   };
   // Queues a copy of a hit for the tiers above the one that had it, with
   // the time it has left.
@@ -128,7 +130,7 @@ class Persistence {
   std::condition_variable wake_;
   std::condition_variable idle_;
   std::deque<Write> queue_;
-  size_t queued_bytes_ = 0;  // bounded: past kMaxQueuedBytes the oldest writes are dropped
+  size_t queued_bytes_ = 0;  // bounded: past kMaxQueuedBytes the oldest block writes are dropped
   bool writing_ = false;
   // The write the writer thread is doing (while writing_; empty otherwise).
   // Assigned under mu_; the writer reads it without the lock, pending() with

@@ -173,6 +173,9 @@ std::string run_state_json(const RunState& s) {
   }
   j["request"] = req;
   j["samples"] = sample_states_json(r.resume);
+  if (s.session_seed) j["session_seed"] = *s.session_seed;
+  if (s.turns != 0) j["turns"] = s.turns;
+  if (s.generation != 0) j["generation"] = s.generation;
   if (s.saved_ms != 0) j["saved_ms"] = s.saved_ms;
   return j.dump(1) + "\n";
 }
@@ -305,6 +308,13 @@ RunState parse_run_state(std::string_view text, const std::string& where) {
     const std::string w = fmt::format("{}: samples[{}]", where, i);
     r.resume.push_back(parse_sample_state(samples[i], w, r.prompt_ids.size(), s.n_ctx));
   }
+  if (j.contains("session_seed"))
+    s.session_seed = util::json_get<uint64_t>(j, "session_seed", where);
+  if (j.contains("turns")) {
+    s.turns = util::json_get<int64_t>(j, "turns", where);
+    if (s.turns < 0) throw InvalidArgument(fmt::format("{}: turns {} is negative", where, s.turns));
+  }
+  if (j.contains("generation")) s.generation = util::json_get<uint64_t>(j, "generation", where);
   if (j.contains("saved_ms")) s.saved_ms = util::json_get<uint64_t>(j, "saved_ms", where);
   return s;
 }
