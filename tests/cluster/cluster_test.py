@@ -576,6 +576,7 @@ def scenario_inflight(cluster, opts, summary):
         check(time.monotonic() < deadline, "inflight: the whole answer never reached the victim")
         time.sleep(0.02)
     cluster.run("kill", cluster.dir, victim[1:])
+    cluster.wait_down(victim)
     rest, cut = "", False
     try:
         while chunk := resp.read1(65536):
@@ -887,14 +888,14 @@ def main():
             try:
                 scenarios[name](cluster, opts, summary)
                 print(f"PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
-            except TestFailure as e:
+            except Exception as e:  # TestFailure, or e.g. a refused connection: this one fails
                 failures.append(name)
-                print(f"FAIL {name}: {e}", flush=True)
-            if name in ("failover", "inflight"):
-                # Bring the killed replica back for what follows.
-                for n in cluster.names:
-                    if cluster.haproxy_status().get(n, "").startswith("DOWN"):
-                        cluster.run("restart", cluster.dir, n[1:])
+                print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            # Bring a killed replica back for what follows (its pid file went with it;
+            # HAProxy may not have marked it DOWN yet).
+            for n in cluster.names:
+                if not os.path.exists(os.path.join(cluster.dir, n, "encore.pid")):
+                    cluster.run("restart", cluster.dir, n[1:])
     except (TestFailure, subprocess.TimeoutExpired) as e:
         failures.append("setup")
         print(f"FAIL: {e}", flush=True)
