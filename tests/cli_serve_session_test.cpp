@@ -50,8 +50,6 @@ class ServeSession : public ::testing::Test {
     }
     return status;
   }
-
- public:
   // Waits until every state record queued for the tiers is written (the
   // gauge in /metrics reads 0), up to 60 s: whether it did.
   static bool wait_for_writes(ServeProcess& s) {

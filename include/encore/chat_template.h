@@ -34,6 +34,7 @@
 // Thread-safety: all functions are pure and may be called concurrently.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,11 @@ struct ChatMessage {
   std::string role;     // "system", "user", "assistant" (some families accept others, e.g. "tool")
   std::string content;  // plain text: never parsed for special tokens
 };
+
+// The number of the user's messages: a chat's turn count. Turn k of a chat
+// seeded S takes S + k - 1, in `encore chat --seed S` and in a session
+// continued without a seed (the engine's session seed rule).
+int64_t user_turns(const std::vector<ChatMessage>& messages);
 
 // The supported chat formats. Names (chat_template_name) are llama.cpp's
 // --chat-template names where llama.cpp has the same format.

@@ -257,6 +257,9 @@ class TieredStore {
   const std::vector<std::unique_ptr<StoreTier>>& tiers() const { return tiers_; }
 
  private:
+  // Tier t's record of key; a rejection is written to *rejected (if given).
+  std::optional<Hit> get_from(size_t t, const StoreKey& key, std::optional<StoreMiss>* rejected);
+
   std::vector<std::unique_ptr<StoreTier>> tiers_;
 };
 

@@ -72,9 +72,7 @@ Request turn_request(const ChatArgs& a, const std::vector<ChatMessage>& messages
   r.chat_template = a.chat_template;
   r.sampling = a.request.sampling;
   // One seed per turn of the conversation (a continued one goes on counting).
-  int64_t user_turns = 0;
-  for (const ChatMessage& m : messages) user_turns += m.role == "user" ? 1 : 0;
-  if (a.request.seed) r.seed = *a.request.seed + static_cast<uint64_t>(user_turns - 1);
+  if (a.request.seed) r.seed = *a.request.seed + static_cast<uint64_t>(user_turns(messages) - 1);
   r.max_tokens = a.request.max_tokens;
   r.stream = true;
   r.session = a.session;

@@ -413,7 +413,7 @@ void Engine::save_session(const std::string& tenant, const std::string& session,
       s.turns = l.state->turns;
     }
   }
-  p.save_session(tenant, session, s);
+  p.save_session(tenant, session, std::move(s));
 }
 
 std::vector<std::pair<std::string, StoreCounters>> Engine::state_counters() const {

@@ -83,11 +83,12 @@ struct Engine::Impl {
     // A new turn (a prompt) without a seed: the session's seed + the turn's
     // index, so a conversation replays by default (SeedSource::Session).
     std::optional<uint64_t> turn_seed;
-    // The found record's counts (RunState), for the record this call saves.
+    // The counts (RunState) of the record this call saves: the found
+    // record's seed (none: this call's is the session's), turns after this
+    // call, and the found record's generation.
     std::optional<uint64_t> session_seed;
-    int64_t turns = 0;
+    int64_t turns = 1;
     uint64_t generation = 0;
-    bool new_turn = false;  // a prompt was given
     std::vector<ChatMessage> history;
     std::string chat_template;
   };

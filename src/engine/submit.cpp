@@ -168,16 +168,12 @@ Engine::Impl::SessionStart Engine::Impl::continue_session(Request& r) {
   // explicit seed still wins. A record from before these counts: its seed
   // stands for the session's, its turn for the first.
   start.session_seed = saved->session_seed ? saved->session_seed : s.seed;
-  start.turns = std::max<int64_t>(saved->turns, 1);
+  const int64_t turns = std::max<int64_t>(saved->turns, 1);
+  start.turns = turns + (no_prompt ? 0 : 1);
   start.generation = saved->generation;
-  start.new_turn = !no_prompt;
   if (!no_prompt && !r.seed && start.session_seed) {
-    int64_t index = start.turns;
-    if (!r.messages.empty()) {
-      index = 0;
-      for (const ChatMessage& m : r.messages) index += m.role == "user" ? 1 : 0;
-      index = std::max<int64_t>(index - 1, 0);
-    }
+    const int64_t index =
+        r.messages.empty() ? turns : std::max<int64_t>(user_turns(r.messages) - 1, 0);
     start.turn_seed = *start.session_seed + static_cast<uint64_t>(index);  // wraps: any is one
   }
   if (no_prompt) {
@@ -352,8 +348,8 @@ std::unique_ptr<Job> Engine::Impl::make_job(Request r) {
   job->persist = r.persist || !r.session.empty();
   keep_for_session(*job, r, start);
   if (!r.session.empty()) {  // the counts the record this call saves carries (RunState)
-    job->session_seed = start.found && start.session_seed ? *start.session_seed : *r.seed;
-    job->session_turns = start.found ? start.turns + (start.new_turn ? 1 : 0) : 1;
+    job->session_seed = start.session_seed.value_or(*r.seed);
+    job->session_turns = start.turns;
     job->session_generation = start.generation + 1;
   }
   job->max_tokens = r.max_tokens;

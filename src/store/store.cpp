@@ -43,17 +43,24 @@ std::string default_state_dir() { return util::cache_dir(); }
 TieredStore::TieredStore(std::vector<std::unique_ptr<StoreTier>> tiers)
     : tiers_(std::move(tiers)) {}
 
+std::optional<TieredStore::Hit> TieredStore::get_from(size_t t, const StoreKey& key,
+                                                      std::optional<StoreMiss>* rejected) {
+  uint64_t expires = 0;
+  std::optional<StoreMiss> why;
+  std::optional<std::string> payload = tiers_[t]->get(key, &expires, &why);
+  if (why && rejected) *rejected = why;
+  if (!payload) return std::nullopt;
+  return Hit{std::move(*payload), std::string(tiers_[t]->name()), t, expires};
+}
+
 std::optional<TieredStore::Hit> TieredStore::get(const StoreKey& key,
                                                  std::optional<StoreMiss>* rejected) {
   if (rejected) rejected->reset();
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    uint64_t expires = 0;
-    std::optional<StoreMiss> why;
-    std::optional<std::string> payload = tiers_[t]->get(key, &expires, &why);
-    if (why && rejected) *rejected = why;
-    if (!payload) continue;
-    if (rejected) rejected->reset();
-    return Hit{std::move(*payload), std::string(tiers_[t]->name()), t, expires};
+    if (std::optional<Hit> hit = get_from(t, key, rejected)) {
+      if (rejected) rejected->reset();
+      return hit;
+    }
   }
   return std::nullopt;
 }
@@ -63,11 +70,7 @@ std::vector<TieredStore::Hit> TieredStore::get_each(const StoreKey& key,
   if (rejected) rejected->reset();
   std::vector<Hit> hits;
   for (size_t t = 0; t < tiers_.size(); ++t) {
-    uint64_t expires = 0;
-    std::optional<StoreMiss> why;
-    std::optional<std::string> payload = tiers_[t]->get(key, &expires, &why);
-    if (why && rejected) *rejected = why;
-    if (payload) hits.push_back({std::move(*payload), std::string(tiers_[t]->name()), t, expires});
+    if (std::optional<Hit> hit = get_from(t, key, rejected)) hits.push_back(std::move(*hit));
   }
   if (!hits.empty() && rejected) rejected->reset();
   return hits;

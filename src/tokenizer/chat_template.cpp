@@ -443,6 +443,11 @@ void render_deepseek3(std::span<const ChatMessage> msgs, bool gen, Prompt& out) 
 
 std::span<const ChatTemplate> all_chat_templates() { return kAll; }
 
+int64_t user_turns(const std::vector<ChatMessage>& messages) {
+  return std::count_if(messages.begin(), messages.end(),
+                       [](const ChatMessage& m) { return m.role == "user"; });
+}
+
 std::string_view chat_template_name(ChatTemplate t) {
   for (const NamedTemplate& e : kTemplates) {
     if (e.t == t) return e.name;

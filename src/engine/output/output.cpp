@@ -226,11 +226,11 @@ void OutputProcessor::complete(Job& job, Response::Status status, std::string er
       // nothing another replica needs to continue the session.
       auto shared = job.shared;
       auto response = std::make_shared<Response>(std::move(r));
-      persist_->save_session(job.tenant, job.session, state,
+      persist_->save_session(job.tenant, job.session, std::move(state),
                              [shared, response] { shared->finish(std::move(*response)); });
       return;
     }
-    persist_->save_session(job.tenant, job.session, state);
+    persist_->save_session(job.tenant, job.session, std::move(state));
   }
   job.shared->finish(std::move(r));
 }

@@ -29,7 +29,7 @@ class OutputProcessor {
   // n_ctx: a sample whose tokens fill it ends (FinishReason::Context).
   // isa: the kernels logprobs are computed with. persist: null without tiers.
   // sync_sessions: a session's answer ends once its record is written
-  // (EngineOptions::sync_session_writes).
+  // (EngineOptions::async_session_writes false).
   OutputProcessor(const Tokenizer& tokenizer, int32_t n_ctx, Isa isa, Persistence* persist,
                   bool sync_sessions);
 

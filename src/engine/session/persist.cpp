@@ -171,11 +171,10 @@ void Persistence::capture(const Job& job, int i) {
 }
 
 void Persistence::save_session(const std::string& tenant, const std::string& session,
-                               const RunState& state, std::function<void()> on_written) {
-  RunState stamped = state;  // the newest record of a session wins (load_session)
-  stamped.saved_ms = store::unix_ms_now();
+                               RunState state, std::function<void()> on_written) {
+  state.saved_ms = store::unix_ms_now();  // the newest record of a session wins (load_session)
   Write w;
-  w.items.emplace_back(key(tenant, "session/" + session), run_state_json(stamped));
+  w.items.emplace_back(key(tenant, "session/" + session), run_state_json(state));
   w.done = std::move(on_written);
   w.session = true;
   {

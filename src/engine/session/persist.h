@@ -82,11 +82,11 @@ class Persistence {
   // empty) runs on the writer thread once the record and every write queued
   // before it were tried: written, or failed in a tier (counted, logged: e.g.
   // Redis down). Session records are never dropped for room.
-  void save_session(const std::string& tenant, const std::string& session, const RunState& state,
+  void save_session(const std::string& tenant, const std::string& session, RunState state,
                     std::function<void()> on_written = {});
-  // The session record, or why there is none: the newest one (RunState::
-  // saved_ms) of every tier's, since a session that went on on another
-  // replica has a newer turn in Redis than this one's directory (an unusable record is
+  // The session record, or why there is none: the newest of every tier's
+  // (RunState::generation, then saved_ms), since a session that went on on
+  // another replica has a newer turn in Redis than this one's directory (an unusable record is
   // logged; one that does not parse or was made by another model is counted
   // as a fallback). A record still queued or being written is read from the
   // queue (the newest one): a continuation sent right after its answer
