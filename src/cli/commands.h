@@ -27,6 +27,8 @@ void add_chat_command(CLI::App& app);
 void add_cache_command(CLI::App& app);
 // `encore serve`: the OpenAI-compatible HTTP server.
 void add_serve_command(CLI::App& app);
+// `encore template`: a Jinja chat template rendered with a JSON context.
+void add_template_command(CLI::App& app);
 // `encore settings` (hidden): the settings table as docs/settings.md shows it.
 void add_settings_command(CLI::App& app);
 

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   encore::cli::add_chat_command(app);
   encore::cli::add_cache_command(app);
   encore::cli::add_serve_command(app);
+  encore::cli::add_template_command(app);
   encore::cli::add_settings_command(app);
   encore::cli::add_audit_command(app);
   encore::cli::add_replay_command(app);

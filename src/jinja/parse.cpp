@@ -1,0 +1,1012 @@
+// Jinja2's lexer and parser for the chat-template subset (jinja.h), with the
+// whitespace rules Hugging Face renders with: trim_blocks (the newline after
+// a block or comment tag is dropped), lstrip_blocks (spaces and tabs before a
+// block or comment tag that starts its line are dropped), `-` on a tag strips
+// all whitespace on that side, `+` keeps the line's indentation, newlines are
+// normalised to "\n" and one trailing newline of the source is dropped
+// (keep_trailing_newline=False). The operator precedence is Jinja2's
+// (parser.py): condexpr < or < and < not < compare < + - < ~ < * / // % < **
+// < unary - + < primary with postfix . [] () and then filters and tests.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "jinja/ast.h"
+
+namespace encore::jinja::detail {
+
+namespace {
+
+enum class Tok { Data, VarBegin, VarEnd, BlockBegin, BlockEnd, Name, String, Int, Float, Op, End };
+
+struct Token {
+  Tok type;
+  std::string text;
+  int line;
+};
+
+constexpr int kMaxParseDepth = 200;
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+[[noreturn]] void fail_at(int line, std::string msg) { throw RenderError{std::move(msg), line}; }
+
+class Lexer {
+ public:
+  explicit Lexer(std::string_view source) {
+    // Newlines normalised, one trailing newline dropped (jinja2 lexer).
+    src_.reserve(source.size());
+    for (size_t i = 0; i < source.size(); ++i) {
+      if (source[i] == '\r') {
+        src_ += '\n';
+        if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+      } else {
+        src_ += source[i];
+      }
+    }
+    if (!src_.empty() && src_.back() == '\n') src_.pop_back();
+  }
+
+  std::vector<Token> run() {
+    while (pos_ < src_.size()) {
+      const size_t start = find_tag(pos_);
+      std::string data = src_.substr(pos_, start - pos_);
+      if (start == src_.size()) {
+        emit_data(std::move(data), pos_);
+        break;
+      }
+      const char kind = src_[start + 1];  // '{', '%' or '#'
+      const char mod = start + 2 < src_.size() ? src_[start + 2] : '\0';
+      const bool line_starting = pos_ == 0 || src_[pos_ - 1] == '\n';
+      if (mod == '-') {
+        while (!data.empty() && is_space(data.back())) data.pop_back();
+      } else if (mod != '+' && kind != '{') {
+        const size_t nl = data.rfind('\n');
+        const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
+        if (l_pos > 0 || line_starting) {
+          bool blank = l_pos < data.size();
+          for (size_t k = l_pos; k < data.size(); ++k) blank = blank && is_space(data[k]);
+          if (blank) data.resize(l_pos);
+        }
+      }
+      emit_data(std::move(data), pos_);
+      pos_ = start + 2 + (mod == '-' || mod == '+' ? 1 : 0);
+      if (kind == '#') {
+        comment();
+      } else if (kind == '%' && raw_block()) {
+        continue;
+      } else {
+        tag(kind == '{');
+      }
+    }
+    out_.push_back({Tok::End, "", line_at(src_.size())});
+    return std::move(out_);
+  }
+
+ private:
+  int line_at(size_t p) {
+    while (line_pos_ < p && line_pos_ < src_.size()) {
+      if (src_[line_pos_] == '\n') ++line_;
+      ++line_pos_;
+    }
+    return line_;
+  }
+
+  size_t find_tag(size_t from) const {
+    for (size_t p = src_.find('{', from); p != std::string::npos; p = src_.find('{', p + 1)) {
+      if (p + 1 < src_.size() && (src_[p + 1] == '{' || src_[p + 1] == '%' || src_[p + 1] == '#')) {
+        return p;
+      }
+    }
+    return src_.size();
+  }
+
+  void emit_data(std::string data, size_t at) {
+    if (!data.empty()) out_.push_back({Tok::Data, std::move(data), line_at(at)});
+  }
+
+  // After a block or comment end: `-` strips all whitespace, else
+  // trim_blocks drops one newline.
+  void after_block_end(bool strip) {
+    if (strip) {
+      while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
+    } else if (pos_ < src_.size() && src_[pos_] == '\n') {
+      ++pos_;
+    }
+  }
+
+  void comment() {
+    const size_t end = src_.find("#}", pos_);
+    if (end == std::string::npos) fail_at(line_at(pos_), "unclosed comment: missing '#}'");
+    const bool strip = end > pos_ && src_[end - 1] == '-';
+    pos_ = end + 2;
+    after_block_end(strip);
+  }
+
+  // {% raw %}...{% endraw %}: the text between is data.
+  bool raw_block() {
+    size_t p = pos_;
+    while (p < src_.size() && is_space(src_[p])) ++p;
+    if (src_.compare(p, 3, "raw") != 0) return false;
+    p += 3;
+    while (p < src_.size() && is_space(src_[p])) ++p;
+    bool strip = false;
+    if (p < src_.size() && src_[p] == '-') {
+      strip = true;
+      ++p;
+    }
+    if (src_.compare(p, 2, "%}") != 0) return false;
+    pos_ = p + 2;
+    after_block_end(strip);
+    const int line = line_at(pos_);
+    for (size_t q = src_.find("{%", pos_); q != std::string::npos; q = src_.find("{%", q + 2)) {
+      size_t r = q + 2;
+      const bool lstrip = r < src_.size() && src_[r] == '-';
+      if (lstrip || (r < src_.size() && src_[r] == '+')) ++r;
+      while (r < src_.size() && is_space(src_[r])) ++r;
+      if (src_.compare(r, 6, "endraw") != 0) continue;
+      r += 6;
+      while (r < src_.size() && is_space(src_[r])) ++r;
+      bool rstrip = false;
+      if (r < src_.size() && src_[r] == '-') {
+        rstrip = true;
+        ++r;
+      }
+      if (src_.compare(r, 2, "%}") != 0) continue;
+      std::string data = src_.substr(pos_, q - pos_);
+      if (lstrip) {
+        while (!data.empty() && is_space(data.back())) data.pop_back();
+      }
+      if (!data.empty()) out_.push_back({Tok::Data, std::move(data), line});
+      pos_ = r + 2;
+      after_block_end(rstrip);
+      return true;
+    }
+    fail_at(line, "unclosed {% raw %}: missing {% endraw %}");
+  }
+
+  void tag(bool var) {
+    out_.push_back({var ? Tok::VarBegin : Tok::BlockBegin, "", line_at(pos_)});
+    const char close = var ? '}' : '%';
+    int balance = 0;  // open ( [ {: an end marker inside them is an operator (jinja2 lexer)
+    for (;;) {
+      while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
+      if (pos_ >= src_.size()) {
+        fail_at(line_at(pos_), var ? "unclosed '{{': missing '}}'" : "unclosed '{%': missing '%}'");
+      }
+      const int line = line_at(pos_);
+      const char c = src_[pos_];
+      if (balance == 0 && c == '-' && src_.compare(pos_ + 1, 2, std::string{close, '}'}) == 0) {
+        pos_ += 3;
+        out_.push_back({var ? Tok::VarEnd : Tok::BlockEnd, "", line});
+        if (var) {
+          while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
+        } else {
+          after_block_end(true);
+        }
+        return;
+      }
+      if (balance == 0 && c == close && pos_ + 1 < src_.size() && src_[pos_ + 1] == '}') {
+        pos_ += 2;
+        out_.push_back({var ? Tok::VarEnd : Tok::BlockEnd, "", line});
+        if (!var) after_block_end(false);
+        return;
+      }
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        const size_t b = pos_;
+        while (pos_ < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_')) {
+          ++pos_;
+        }
+        out_.push_back({Tok::Name, src_.substr(b, pos_ - b), line});
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        number(line);
+      } else if (c == '\'' || c == '"') {
+        string(line);
+      } else {
+        static const char* const ops[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "*",
+                                          "/",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                          ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
+        bool found = false;
+        for (const char* op : ops) {
+          const size_t n = std::strlen(op);
+          if (src_.compare(pos_, n, op) == 0) {
+            out_.push_back({Tok::Op, op, line});
+            pos_ += n;
+            if (n == 1 && (*op == '(' || *op == '[' || *op == '{')) ++balance;
+            if (n == 1 && (*op == ')' || *op == ']' || *op == '}') && balance > 0) --balance;
+            found = true;
+            break;
+          }
+        }
+        if (!found) fail_at(line, fmt::format("unexpected character '{}'", c));
+      }
+    }
+  }
+
+  void number(int line) {
+    const size_t b = pos_;
+    auto digits = [&] {
+      while (pos_ < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_')) {
+        ++pos_;
+      }
+    };
+    digits();
+    bool is_float = false;
+    if (pos_ + 1 < src_.size() && src_[pos_] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[pos_ + 1]))) {
+      is_float = true;
+      ++pos_;
+      digits();
+    }
+    if (pos_ < src_.size() && (src_[pos_] == 'e' || src_[pos_] == 'E')) {
+      size_t q = pos_ + 1;
+      if (q < src_.size() && (src_[q] == '+' || src_[q] == '-')) ++q;
+      if (q < src_.size() && std::isdigit(static_cast<unsigned char>(src_[q]))) {
+        is_float = true;
+        pos_ = q;
+        digits();
+      }
+    }
+    std::string text;
+    for (size_t k = b; k < pos_; ++k) {
+      if (src_[k] != '_') text += src_[k];
+    }
+    out_.push_back({is_float ? Tok::Float : Tok::Int, std::move(text), line});
+  }
+
+  // A quoted string with Python's escapes (\n \t \\ \' \" \xNN \uNNNN ...).
+  void string(int line) {
+    const char q = src_[pos_++];
+    std::string s;
+    for (;;) {
+      if (pos_ >= src_.size()) fail_at(line, "unterminated string literal");
+      const char c = src_[pos_++];
+      if (c == q) break;
+      if (c != '\\') {
+        s += c;
+        continue;
+      }
+      if (pos_ >= src_.size()) fail_at(line, "unterminated string literal");
+      const char e = src_[pos_++];
+      auto hex = [&](int n) {
+        if (pos_ + static_cast<size_t>(n) > src_.size()) fail_at(line, "truncated \\x/\\u escape");
+        uint32_t cp = 0;
+        for (int k = 0; k < n; ++k) {
+          const char h = src_[pos_++];
+          if (!std::isxdigit(static_cast<unsigned char>(h))) fail_at(line, "bad \\x/\\u escape");
+          cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                                   ? h - '0'
+                                                   : (std::tolower(h) - 'a' + 10));
+        }
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail_at(line, "bad code point escape");
+        if (cp < 0x80) {
+          s += static_cast<char>(cp);
+        } else if (cp < 0x800) {
+          s += static_cast<char>(0xC0 | (cp >> 6));
+          s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+          s += static_cast<char>(0xE0 | (cp >> 12));
+          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+          s += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+          s += static_cast<char>(0xF0 | (cp >> 18));
+          s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+          s += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+      };
+      switch (e) {
+        case 'n':
+          s += '\n';
+          break;
+        case 't':
+          s += '\t';
+          break;
+        case 'r':
+          s += '\r';
+          break;
+        case '0':
+          s += '\0';
+          break;
+        case 'a':
+          s += '\a';
+          break;
+        case 'b':
+          s += '\b';
+          break;
+        case 'f':
+          s += '\f';
+          break;
+        case 'v':
+          s += '\v';
+          break;
+        case '\\':
+          s += '\\';
+          break;
+        case '\'':
+          s += '\'';
+          break;
+        case '"':
+          s += '"';
+          break;
+        case '\n':
+          break;
+        case 'x':
+          hex(2);
+          break;
+        case 'u':
+          hex(4);
+          break;
+        case 'U':
+          hex(8);
+          break;
+        default:
+          s += '\\';
+          s += e;
+      }
+    }
+    out_.push_back({Tok::String, std::move(s), line});
+  }
+
+  std::string src_;
+  size_t pos_ = 0;
+  size_t line_pos_ = 0;
+  int line_ = 1;
+  std::vector<Token> out_;
+};
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
+
+  Body parse() {
+    std::string end;
+    Body body = parse_body({}, &end);
+    return body;
+  }
+
+ private:
+  const Token& cur() const { return t_[i_]; }
+  const Token& peek(size_t k = 1) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
+  bool is_op(std::string_view op) const { return cur().type == Tok::Op && cur().text == op; }
+  bool is_name(std::string_view n) const { return cur().type == Tok::Name && cur().text == n; }
+  int line() const { return cur().line; }
+  Token next() { return t_[i_ < t_.size() - 1 ? i_++ : i_]; }
+
+  [[noreturn]] void unexpected(std::string_view wanted) const {
+    const Token& t = cur();
+    std::string got = t.type == Tok::End        ? "end of template"
+                      : t.type == Tok::BlockEnd ? "'%}'"
+                      : t.type == Tok::VarEnd   ? "'}}'"
+                      : t.type == Tok::Data     ? "text"
+                                                : "'" + t.text + "'";
+    fail_at(t.line, fmt::format("expected {}, got {}", wanted, got));
+  }
+  void expect_op(std::string_view op) {
+    if (!is_op(op)) unexpected(fmt::format("'{}'", op));
+    ++i_;
+  }
+  std::string expect_name() {
+    if (cur().type != Tok::Name) unexpected("a name");
+    return next().text;
+  }
+  void expect_block_end() {
+    if (cur().type != Tok::BlockEnd) unexpected("'%}'");
+    ++i_;
+  }
+
+  struct Depth {
+    explicit Depth(Parser& p) : p_(p) {
+      if (++p_.depth_ > kMaxParseDepth) fail_at(p_.line(), "template nested too deeply");
+    }
+    ~Depth() { --p_.depth_; }
+    Parser& p_;
+  };
+
+  // Statements until a block tag named in `ends` (left unconsumed after its
+  // name: *end_name says which) or the end of the template (only when `ends`
+  // is empty).
+  Body parse_body(const std::vector<std::string_view>& ends, std::string* end_name) {
+    Depth depth(*this);
+    Body body;
+    for (;;) {
+      const Token& t = cur();
+      if (t.type == Tok::End) {
+        if (!ends.empty()) {
+          fail_at(t.line, fmt::format("unexpected end of template: missing {{% {} %}}", ends[0]));
+        }
+        return body;
+      }
+      if (t.type == Tok::Data) {
+        auto s = std::make_unique<Stmt>();
+        s->kind = StmtKind::Text;
+        s->line = t.line;
+        s->text = t.text;
+        body.push_back(std::move(s));
+        ++i_;
+      } else if (t.type == Tok::VarBegin) {
+        auto s = std::make_unique<Stmt>();
+        s->kind = StmtKind::Print;
+        s->line = t.line;
+        ++i_;
+        s->expr = parse_tuple(true);
+        if (cur().type != Tok::VarEnd) unexpected("'}}'");
+        ++i_;
+        body.push_back(std::move(s));
+      } else if (t.type == Tok::BlockBegin) {
+        ++i_;
+        if (cur().type != Tok::Name) unexpected("a statement name");
+        const std::string& name = cur().text;
+        for (std::string_view e : ends) {
+          if (name == e) {
+            *end_name = name;
+            ++i_;
+            return body;
+          }
+        }
+        body.push_back(parse_statement());
+      } else {
+        unexpected("text or a tag");
+      }
+    }
+  }
+
+  std::unique_ptr<Stmt> parse_statement() {
+    const int ln = line();
+    const std::string name = next().text;
+    auto s = std::make_unique<Stmt>();
+    s->line = ln;
+    std::string end;
+    // jinja2 refuses an unknown filter or test when it compiles the
+    // template, except in an `if` (its test and bodies, not inside a nested
+    // for, macro or block), where the error waits until it runs.
+    const bool soft = soft_;
+    struct Restore {
+      bool& flag;
+      bool saved;
+      ~Restore() { flag = saved; }
+    } restore{soft_, soft};
+    if (name == "if") {
+      soft_ = true;
+    } else if (name == "for" || name == "macro" || name == "call" || name == "filter" ||
+               name == "with") {
+      soft_ = false;
+    }
+    if (name == "if") {
+      s->kind = StmtKind::If;
+      ExprPtr cond = parse_tuple(false);
+      for (;;) {
+        expect_block_end();
+        Body body = parse_body({"elif", "else", "endif"}, &end);
+        s->branches.emplace_back(std::move(cond), std::move(body));
+        if (end == "elif") {
+          cond = parse_tuple(false);
+          continue;
+        }
+        if (end == "else") {
+          expect_block_end();
+          s->branches.emplace_back(nullptr, parse_body({"endif"}, &end));
+        }
+        break;
+      }
+    } else if (name == "for") {
+      s->kind = StmtKind::For;
+      s->targets = parse_targets();
+      if (!is_name("in")) unexpected("'in'");
+      ++i_;
+      s->expr = parse_tuple(false, true);
+      if (is_name("if")) {
+        ++i_;
+        s->cond = parse_expression(true);
+      }
+      if (is_name("recursive")) fail_at(ln, "recursive for loops are not supported");
+      expect_block_end();
+      s->body = parse_body({"endfor", "else"}, &end);
+      if (end == "else") {
+        expect_block_end();
+        s->else_body = parse_body({"endfor"}, &end);
+      }
+    } else if (name == "set") {
+      if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == ".") {
+        s->kind = StmtKind::Set;
+        s->targets.push_back(next().text);
+        ++i_;
+        s->attr = expect_name();
+        expect_op("=");
+        s->expr = parse_tuple(true);
+      } else {
+        s->targets = parse_targets();
+        if (is_op("=")) {
+          ++i_;
+          s->kind = StmtKind::Set;
+          s->expr = parse_tuple(true);
+        } else {
+          if (s->targets.size() != 1) unexpected("'='");
+          s->kind = StmtKind::SetBlock;
+          soft_ = false;
+          if (is_op("|")) s->expr = parse_filters(nullptr);
+          expect_block_end();
+          s->body = parse_body({"endset"}, &end);
+        }
+      }
+    } else if (name == "macro") {
+      s->kind = StmtKind::Macro;
+      s->name = expect_name();
+      parse_params(*s);
+      expect_block_end();
+      s->body = parse_body({"endmacro"}, &end);
+      if (cur().type == Tok::Name && cur().text == s->name) ++i_;
+    } else if (name == "call") {
+      s->kind = StmtKind::CallBlock;
+      if (is_op("(")) parse_params(*s);
+      s->expr = parse_expression(true);
+      if (s->expr->kind != ExprKind::Call) fail_at(ln, "{% call %} needs a macro call");
+      expect_block_end();
+      s->body = parse_body({"endcall"}, &end);
+    } else if (name == "filter") {
+      s->kind = StmtKind::FilterBlock;
+      s->expr = parse_filters(nullptr, true);
+      expect_block_end();
+      s->body = parse_body({"endfilter"}, &end);
+    } else if (name == "with") {
+      s->kind = StmtKind::With;
+      while (cur().type != Tok::BlockEnd) {
+        if (!s->params.empty()) expect_op(",");
+        std::string target = expect_name();
+        expect_op("=");
+        s->params.emplace_back(std::move(target), parse_expression(true));
+      }
+      expect_block_end();
+      s->body = parse_body({"endwith"}, &end);
+    } else if (name == "break" || name == "continue") {
+      s->kind = name == "break" ? StmtKind::Break : StmtKind::Continue;
+    } else if (name == "generation") {
+      s->kind = StmtKind::Generation;
+      expect_block_end();
+      s->body = parse_body({"endgeneration"}, &end);
+    } else {
+      fail_at(ln, fmt::format("the statement '{}' is not supported in chat templates", name));
+    }
+    expect_block_end();
+    return s;
+  }
+
+  std::vector<std::string> parse_targets() {
+    std::vector<std::string> targets;
+    const bool paren = is_op("(");
+    if (paren) ++i_;
+    targets.push_back(expect_name());
+    while (is_op(",")) {
+      ++i_;
+      if (cur().type != Tok::Name) break;
+      targets.push_back(expect_name());
+    }
+    if (paren) expect_op(")");
+    return targets;
+  }
+
+  void parse_params(Stmt& s) {
+    expect_op("(");
+    while (!is_op(")")) {
+      if (!s.params.empty()) expect_op(",");
+      if (is_op(")")) break;
+      std::string n = expect_name();
+      ExprPtr def;
+      if (is_op("=")) {
+        ++i_;
+        def = parse_expression(true);
+      }
+      s.params.emplace_back(std::move(n), std::move(def));
+    }
+    ++i_;
+  }
+
+  ExprPtr make(ExprKind k, int ln) {
+    auto e = std::make_unique<Expr>();
+    e->kind = k;
+    e->line = ln;
+    return e;
+  }
+
+  // Expressions separated by commas form a tuple (no parentheses needed).
+  ExprPtr parse_tuple(bool with_condexpr, bool for_iter = false) {
+    const int ln = line();
+    std::vector<ExprPtr> items;
+    bool trailing = false;
+    for (;;) {
+      if (!items.empty()) {
+        if (!is_op(",")) break;
+        ++i_;
+        trailing = true;
+      }
+      if (cur().type == Tok::VarEnd || cur().type == Tok::BlockEnd || is_op(")") ||
+          (for_iter && (is_name("if") || is_name("recursive")))) {
+        break;
+      }
+      items.push_back(parse_expression(with_condexpr));
+      trailing = false;
+    }
+    if (items.empty()) unexpected("an expression");
+    if (items.size() == 1 && !trailing) return std::move(items[0]);
+    auto e = make(ExprKind::Tuple, ln);
+    e->items = std::move(items);
+    return e;
+  }
+
+  ExprPtr parse_expression(bool with_condexpr) {
+    Depth depth(*this);
+    if (!with_condexpr) return parse_or();
+    ExprPtr e = parse_or();
+    while (is_name("if")) {
+      const int ln = line();
+      ++i_;
+      auto c = make(ExprKind::Cond, ln);
+      const bool soft = soft_;
+      soft_ = true;
+      c->a = parse_or();
+      c->b = std::move(e);
+      if (is_name("else")) {
+        ++i_;
+        c->c = parse_expression(true);
+      }
+      soft_ = soft;
+      e = std::move(c);
+    }
+    return e;
+  }
+
+  ExprPtr binary(std::string op, ExprPtr l, ExprPtr r, int ln) {
+    auto e = make(ExprKind::Binary, ln);
+    e->name = std::move(op);
+    e->a = std::move(l);
+    e->b = std::move(r);
+    return e;
+  }
+
+  ExprPtr parse_or() {
+    ExprPtr e = parse_and();
+    while (is_name("or")) {
+      const int ln = line();
+      ++i_;
+      e = binary("or", std::move(e), parse_and(), ln);
+    }
+    return e;
+  }
+  ExprPtr parse_and() {
+    ExprPtr e = parse_not();
+    while (is_name("and")) {
+      const int ln = line();
+      ++i_;
+      e = binary("and", std::move(e), parse_not(), ln);
+    }
+    return e;
+  }
+  ExprPtr parse_not() {
+    if (is_name("not")) {
+      Depth depth(*this);
+      auto e = make(ExprKind::Unary, line());
+      ++i_;
+      e->name = "not";
+      e->a = parse_not();
+      return e;
+    }
+    return parse_compare();
+  }
+  ExprPtr parse_compare() {
+    const int ln = line();
+    ExprPtr first = parse_math1();
+    std::vector<ExprPtr> items;
+    std::vector<std::string> ops;
+    for (;;) {
+      std::string op;
+      if (cur().type == Tok::Op &&
+          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" ||
+           cur().text == ">" || cur().text == ">=")) {
+        op = next().text;
+      } else if (is_name("in")) {
+        ++i_;
+        op = "in";
+      } else if (is_name("not") && peek().type == Tok::Name && peek().text == "in") {
+        i_ += 2;
+        op = "not in";
+      } else {
+        break;
+      }
+      ops.push_back(op);
+      items.push_back(parse_math1());
+    }
+    if (ops.empty()) return first;
+    auto e = make(ExprKind::Compare, ln);
+    e->items.push_back(std::move(first));
+    for (auto& it : items) e->items.push_back(std::move(it));
+    e->ops = std::move(ops);
+    return e;
+  }
+  ExprPtr parse_math1() {
+    ExprPtr e = parse_concat();
+    while (is_op("+") || is_op("-")) {
+      const int ln = line();
+      std::string op = next().text;
+      e = binary(op, std::move(e), parse_concat(), ln);
+    }
+    return e;
+  }
+  ExprPtr parse_concat() {
+    const int ln = line();
+    ExprPtr first = parse_math2();
+    if (!is_op("~")) return first;
+    auto e = make(ExprKind::Concat, ln);
+    e->items.push_back(std::move(first));
+    while (is_op("~")) {
+      ++i_;
+      e->items.push_back(parse_math2());
+    }
+    return e;
+  }
+  ExprPtr parse_math2() {
+    ExprPtr e = parse_pow();
+    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      const int ln = line();
+      std::string op = next().text;
+      e = binary(op, std::move(e), parse_pow(), ln);
+    }
+    return e;
+  }
+  ExprPtr parse_pow() {
+    ExprPtr e = parse_unary(true);
+    while (is_op("**")) {
+      const int ln = line();
+      ++i_;
+      e = binary("**", std::move(e), parse_unary(true), ln);
+    }
+    return e;
+  }
+  ExprPtr parse_unary(bool with_filter) {
+    Depth depth(*this);
+    ExprPtr e;
+    if (is_op("-") || is_op("+")) {
+      e = make(ExprKind::Unary, line());
+      e->name = next().text;
+      e->a = parse_unary(false);
+    } else {
+      e = parse_postfix(parse_primary());
+    }
+    if (with_filter) e = parse_filter_expr(std::move(e));
+    return e;
+  }
+
+  ExprPtr parse_primary() {
+    const Token& t = cur();
+    const int ln = t.line;
+    if (t.type == Tok::Name) {
+      const std::string n = next().text;
+      auto e = make(ExprKind::Literal, ln);
+      if (n == "true" || n == "True") {
+        e->literal = Value::boolean(true);
+      } else if (n == "false" || n == "False") {
+        e->literal = Value::boolean(false);
+      } else if (n == "none" || n == "None") {
+        e->literal = Value::none();
+      } else {
+        e->kind = ExprKind::Name;
+        e->name = n;
+      }
+      return e;
+    }
+    if (t.type == Tok::String) {
+      std::string s;
+      while (cur().type == Tok::String) s += next().text;  // adjacent literals concatenate
+      auto e = make(ExprKind::Literal, ln);
+      e->literal = Value::string(std::move(s));
+      return e;
+    }
+    if (t.type == Tok::Int || t.type == Tok::Float) {
+      auto e = make(ExprKind::Literal, ln);
+      const std::string text = next().text;
+      if (t.type == Tok::Int) {
+        try {
+          e->literal = Value::integer(std::stoll(text));
+        } catch (const std::exception&) {
+          fail_at(ln, fmt::format("integer literal {} is out of range", text));
+        }
+      } else {
+        e->literal = Value::number(std::strtod(text.c_str(), nullptr));
+      }
+      return e;
+    }
+    if (is_op("(")) {
+      ++i_;
+      if (is_op(")")) {
+        ++i_;
+        auto e = make(ExprKind::Tuple, ln);
+        return e;
+      }
+      ExprPtr e = parse_tuple(true);
+      expect_op(")");
+      return e;
+    }
+    if (is_op("[")) {
+      ++i_;
+      auto e = make(ExprKind::List, ln);
+      while (!is_op("]")) {
+        if (!e->items.empty()) expect_op(",");
+        if (is_op("]")) break;
+        e->items.push_back(parse_expression(true));
+      }
+      ++i_;
+      return e;
+    }
+    if (is_op("{")) {
+      ++i_;
+      auto e = make(ExprKind::Dict, ln);
+      while (!is_op("}")) {
+        if (!e->items.empty()) expect_op(",");
+        if (is_op("}")) break;
+        e->items.push_back(parse_expression(true));
+        expect_op(":");
+        e->items.push_back(parse_expression(true));
+      }
+      ++i_;
+      return e;
+    }
+    unexpected("an expression");
+  }
+
+  ExprPtr parse_postfix(ExprPtr e) {
+    for (;;) {
+      const int ln = line();
+      if (is_op(".")) {
+        ++i_;
+        auto a = make(ExprKind::Attr, ln);
+        a->a = std::move(e);
+        if (cur().type == Tok::Int) {
+          a->kind = ExprKind::Item;
+          a->b = make(ExprKind::Literal, ln);
+          a->b->literal = Value::integer(std::stoll(next().text));
+        } else {
+          a->name = expect_name();
+        }
+        e = std::move(a);
+      } else if (is_op("[")) {
+        ++i_;
+        e = parse_subscript(std::move(e), ln);
+      } else if (is_op("(")) {
+        e = parse_call(std::move(e));
+      } else {
+        return e;
+      }
+    }
+  }
+
+  ExprPtr parse_subscript(ExprPtr obj, int ln) {
+    ExprPtr parts[3];
+    int n = 0;
+    bool slice = false;
+    for (;;) {
+      if (is_op(":")) {
+        slice = true;
+        ++i_;
+        if (++n > 2) unexpected("']'");
+        continue;
+      }
+      if (is_op("]")) break;
+      if (parts[n]) unexpected("':' or ']'");
+      parts[n] = parse_expression(true);
+    }
+    ++i_;
+    if (!slice) {
+      if (!parts[0]) unexpected("an index");
+      auto e = make(ExprKind::Item, ln);
+      e->a = std::move(obj);
+      e->b = std::move(parts[0]);
+      return e;
+    }
+    auto e = make(ExprKind::Slice, ln);
+    e->a = std::move(obj);
+    e->b = std::move(parts[0]);
+    e->c = std::move(parts[1]);
+    e->d = std::move(parts[2]);
+    return e;
+  }
+
+  void parse_call_args(Expr& e) {
+    expect_op("(");
+    while (!is_op(")")) {
+      if (!e.args.empty() || !e.kwargs.empty()) expect_op(",");
+      if (is_op(")")) break;
+      if (is_op("*") || is_op("**"))
+        fail_at(line(), "*args and **kwargs in calls are not supported");
+      if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "=") {
+        std::string n = next().text;
+        ++i_;
+        e.kwargs.emplace_back(std::move(n), parse_expression(true));
+      } else {
+        if (!e.kwargs.empty()) fail_at(line(), "a positional argument follows a keyword argument");
+        e.args.push_back(parse_expression(true));
+      }
+    }
+    ++i_;
+  }
+
+  ExprPtr parse_call(ExprPtr callee) {
+    auto e = make(ExprKind::Call, line());
+    e->a = std::move(callee);
+    parse_call_args(*e);
+    return e;
+  }
+
+  std::string dotted_name() {
+    std::string n = expect_name();
+    while (is_op(".") && peek().type == Tok::Name) {
+      ++i_;
+      n += "." + next().text;
+    }
+    return n;
+  }
+
+  ExprPtr parse_filters(ExprPtr e, bool first_without_pipe = false) {
+    bool first = first_without_pipe;
+    while (first || is_op("|")) {
+      if (!first) ++i_;
+      first = false;
+      const int ln = line();
+      auto f = make(ExprKind::Filter, ln);
+      f->name = dotted_name();
+      if (!soft_ && !known_filter(f->name)) {
+        fail_at(ln, fmt::format("no filter named '{}'", f->name));
+      }
+      f->a = std::move(e);
+      if (is_op("(")) parse_call_args(*f);
+      e = std::move(f);
+    }
+    return e;
+  }
+
+  ExprPtr parse_filter_expr(ExprPtr e) {
+    for (;;) {
+      if (is_op("|")) {
+        e = parse_filters(std::move(e));
+      } else if (is_name("is")) {
+        const int ln = line();
+        ++i_;
+        auto t = make(ExprKind::Test, ln);
+        if (is_name("not")) {
+          ++i_;
+          t->negated = true;
+        }
+        t->name = dotted_name();
+        if (!soft_ && !known_test(t->name)) fail_at(ln, fmt::format("no test named '{}'", t->name));
+        t->a = std::move(e);
+        if (is_op("(")) {
+          parse_call_args(*t);
+        } else if ((cur().type == Tok::Name || cur().type == Tok::String ||
+                    cur().type == Tok::Int || cur().type == Tok::Float || is_op("[") ||
+                    is_op("{")) &&
+                   !is_name("else") && !is_name("or") && !is_name("and")) {
+          if (is_name("is")) fail_at(ln, "you cannot chain multiple tests with is");
+          t->args.push_back(parse_postfix(parse_primary()));
+        }
+        e = std::move(t);
+      } else if (is_op("(")) {
+        e = parse_call(std::move(e));
+      } else {
+        return e;
+      }
+    }
+  }
+
+  std::vector<Token> t_;
+  size_t i_ = 0;
+  int depth_ = 0;
+  bool soft_ = false;  // unknown filters and tests fail when run, not now
+};
+
+}  // namespace
+
+Body parse_template(std::string_view source) { return Parser(Lexer(source).run()).parse(); }
+
+}  // namespace encore::jinja::detail

@@ -1,0 +1,618 @@
+// Running a parsed template: scopes, statements and expressions with
+// Jinja2's semantics (jinja.h). Scoping as Jinja2 compiles it: a `for` body
+// is a new scope each iteration (a `set` inside it does not outlive the
+// iteration: namespaces exist for that), `if` opens none, a macro runs in its
+// own scope over the template's top level, `with` and call blocks open one.
+#include <fmt/format.h>
+
+#include "encore/error.h"
+#include "jinja/ast.h"
+#include "jinja/builtins.h"
+
+namespace encore::jinja {
+
+namespace {
+
+struct Scope {
+  Scope* parent = nullptr;
+  std::unordered_map<std::string, Value> vars;
+
+  const Value* find(const std::string& n) const {
+    for (const Scope* s = this; s; s = s->parent) {
+      const auto it = s->vars.find(n);
+      if (it != s->vars.end()) return &it->second;
+    }
+    return nullptr;
+  }
+};
+
+enum class Flow { Normal, Break, Continue };
+
+class Renderer {
+ public:
+  Renderer(const RenderOptions& opt, Scope* root) : opt_(opt), root_(root) {}
+
+  Str run(const Body& body) {
+    Str out;
+    out_ = &out;
+    exec_body(body, *root_);
+    return out;
+  }
+
+  int line() const { return line_; }
+
+ private:
+  void step() {
+    if (++steps_ > opt_.limits.max_steps) {
+      fail(fmt::format("the render took more than {} steps", opt_.limits.max_steps));
+    }
+  }
+
+  struct Nest {
+    explicit Nest(Renderer& r) : r_(r) {
+      if (++r_.depth_ > r_.opt_.limits.max_call_depth) {
+        fail(fmt::format("calls nested deeper than {}", r_.opt_.limits.max_call_depth));
+      }
+    }
+    ~Nest() { --r_.depth_; }
+    Renderer& r_;
+  };
+
+  void emit(const Str& s) {
+    if (out_->text.size() + s.text.size() > opt_.limits.max_output_bytes) {
+      fail(fmt::format("the output is over {} bytes", opt_.limits.max_output_bytes));
+    }
+    out_->append(s);
+  }
+
+  // Renders `body` into a string of its own.
+  Str capture(const Body& body, Scope& scope) {
+    Str buf;
+    Str* saved = out_;
+    out_ = &buf;
+    try {
+      exec_body(body, scope);
+    } catch (...) {
+      out_ = saved;
+      throw;
+    }
+    out_ = saved;
+    return buf;
+  }
+
+  Flow exec_body(const Body& body, Scope& scope) {
+    for (const auto& s : body) {
+      const Flow f = exec(*s, scope);
+      if (f != Flow::Normal) return f;
+    }
+    return Flow::Normal;
+  }
+
+  void assign(Scope& scope, const std::vector<std::string>& targets, const Value& v) {
+    if (targets.size() == 1) {
+      scope.vars[targets[0]] = v;
+      return;
+    }
+    if (!v.is_list() && !v.is_string() && !v.is_mapping()) {
+      fail(fmt::format("cannot unpack non-iterable {} object", type_name(v)));
+    }
+    const std::vector<Value> items = iterate(v);
+    if (items.size() != targets.size()) {
+      fail(fmt::format("{} values to unpack (expected {})",
+                       items.size() < targets.size() ? "not enough" : "too many", targets.size()));
+    }
+    for (size_t k = 0; k < targets.size(); ++k) scope.vars[targets[k]] = items[k];
+  }
+
+  Flow exec(const Stmt& s, Scope& scope) {
+    line_ = s.line;
+    step();
+    switch (s.kind) {
+      case StmtKind::Text:
+        emit(Str(s.text));
+        return Flow::Normal;
+      case StmtKind::Print:
+        emit(to_str(eval(*s.expr, scope)));
+        return Flow::Normal;
+      case StmtKind::If:
+        for (const auto& [cond, body] : s.branches) {
+          if (!cond || truthy(eval(*cond, scope))) {
+            Nest nest(*this);
+            return exec_body(body, scope);
+          }
+        }
+        return Flow::Normal;
+      case StmtKind::For:
+        return exec_for(s, scope);
+      case StmtKind::Set: {
+        Value v = eval(*s.expr, scope);
+        line_ = s.line;
+        if (!s.attr.empty()) {
+          const Value* ns = scope.find(s.targets[0]);
+          if (!ns || ns->kind != Kind::Namespace) {
+            fail("cannot assign attribute on non-namespace object");
+          }
+          ns->dict->set(Str(s.attr), std::move(v));
+        } else {
+          assign(scope, s.targets, v);
+        }
+        return Flow::Normal;
+      }
+      case StmtKind::SetBlock: {
+        Nest nest(*this);
+        Value v = Value::string(capture(s.body, scope));
+        if (s.expr) v = filter_chain(*s.expr, std::move(v), scope);
+        scope.vars[s.targets[0]] = std::move(v);
+        return Flow::Normal;
+      }
+      case StmtKind::Macro:
+        scope.vars[s.name] = make_macro(s, nullptr);
+        return Flow::Normal;
+      case StmtKind::CallBlock: {
+        // The caller reads this block's scope: it may run only while the
+        // block does (a caller kept in a namespace and called later fails).
+        const uint64_t id = ++caller_ids_;
+        live_callers_.push_back(id);
+        const Value caller = make_macro(s, &scope, id);
+        try {
+          emit(to_str(eval_call(*s.expr, scope, &caller)));
+        } catch (...) {
+          live_callers_.pop_back();
+          throw;
+        }
+        live_callers_.pop_back();
+        return Flow::Normal;
+      }
+      case StmtKind::FilterBlock: {
+        Nest nest(*this);
+        Value v = Value::string(capture(s.body, scope));
+        emit(to_str(filter_chain(*s.expr, std::move(v), scope)));
+        return Flow::Normal;
+      }
+      case StmtKind::With: {
+        Nest nest(*this);
+        Scope inner;
+        inner.parent = &scope;
+        for (const auto& [n, e] : s.params) inner.vars[n] = eval(*e, scope);
+        return exec_body(s.body, inner);
+      }
+      case StmtKind::Break:
+        return Flow::Break;
+      case StmtKind::Continue:
+        return Flow::Continue;
+      case StmtKind::Generation: {
+        Nest nest(*this);
+        return exec_body(s.body, scope);
+      }
+    }
+    return Flow::Normal;
+  }
+
+  Flow exec_for(const Stmt& s, Scope& scope) {
+    Nest nest(*this);
+    std::vector<Value> items = iterate(eval(*s.expr, scope));
+    if (s.cond) {
+      std::vector<Value> kept;
+      for (Value& v : items) {
+        Scope probe;
+        probe.parent = &scope;
+        assign(probe, s.targets, v);
+        if (truthy(eval(*s.cond, probe))) kept.push_back(std::move(v));
+      }
+      items = std::move(kept);
+    }
+    const Value* outer_loop = scope.find("loop");
+    const int64_t depth =
+        outer_loop && outer_loop->is_mapping() ? get_attr(*outer_loop, "depth").i + 1 : 1;
+    const auto n = static_cast<int64_t>(items.size());
+    for (int64_t k = 0; k < n; ++k) {
+      step();
+      Scope inner;
+      inner.parent = &scope;
+      Dict loop;
+      loop.set(Str("index"), Value::integer(k + 1));
+      loop.set(Str("index0"), Value::integer(k));
+      loop.set(Str("revindex"), Value::integer(n - k));
+      loop.set(Str("revindex0"), Value::integer(n - k - 1));
+      loop.set(Str("first"), Value::boolean(k == 0));
+      loop.set(Str("last"), Value::boolean(k == n - 1));
+      loop.set(Str("length"), Value::integer(n));
+      loop.set(Str("depth"), Value::integer(depth));
+      loop.set(Str("depth0"), Value::integer(depth - 1));
+      if (k > 0) loop.set(Str("previtem"), items[static_cast<size_t>(k - 1)]);
+      if (k + 1 < n) loop.set(Str("nextitem"), items[static_cast<size_t>(k + 1)]);
+      loop.set(Str("cycle"), Value::function("loop.cycle", [k](Args& a) {
+                 if (a.pos.empty()) fail("no items for cycling given");
+                 return a.pos[static_cast<size_t>(k) % a.pos.size()];
+               }));
+      inner.vars["loop"] = Value::of_namespace(std::move(loop));
+      assign(inner, s.targets, items[static_cast<size_t>(k)]);
+      if (exec_body(s.body, inner) == Flow::Break) break;
+    }
+    if (n == 0 && !s.else_body.empty()) return exec_body(s.else_body, scope);
+    return Flow::Normal;
+  }
+
+  // A macro (or a call block's caller) as a function value. Macros run over
+  // the template's top-level scope; a caller over the scope of its block.
+  Value make_macro(const Stmt& s, Scope* parent, uint64_t caller_id = 0) {
+    Scope* base = parent ? parent : root_;
+    const std::string name = s.kind == StmtKind::Macro ? s.name : "caller";
+    return Value::function(name, [this, &s, base, caller_id](Args& a) -> Value {
+      if (caller_id &&
+          std::find(live_callers_.begin(), live_callers_.end(), caller_id) == live_callers_.end()) {
+        fail("caller() called after its {% call %} block ended");
+      }
+      Nest nest(*this);
+      Scope local;
+      local.parent = base;
+      size_t k = 0;
+      for (const auto& [pname, def] : s.params) {
+        std::optional<Value> v = a.take(k++, pname);
+        if (v) {
+          local.vars[pname] = std::move(*v);
+        } else if (def) {
+          local.vars[pname] = eval(*def, local);
+        } else {
+          local.vars[pname] = Value::undefined(pname);
+        }
+      }
+      std::vector<Value> extra;
+      for (size_t p = s.params.size(); p < a.pos.size(); ++p) extra.push_back(a.pos[p]);
+      local.vars["varargs"] = Value::of_list(std::move(extra), true);
+      Dict kw;
+      for (auto& [kname, v] : a.kw) kw.set(Str(kname), std::move(v));
+      local.vars["kwargs"] = Value::of_dict(std::move(kw));
+      if (a.caller) local.vars["caller"] = *a.caller;
+      const int saved_line = line_;
+      Str out = capture(s.body, local);
+      line_ = saved_line;
+      return Value::string(std::move(out));
+    });
+  }
+
+  Value filter_chain(const Expr& e, Value input, Scope& scope) {
+    // e is a Filter whose innermost `a` is null: apply from the inside out.
+    if (e.kind != ExprKind::Filter) return input;
+    if (e.a) input = filter_chain(*e.a, std::move(input), scope);
+    Args args = eval_args(e, scope);
+    line_ = e.line;
+    return apply_filter(e.name, input, args);
+  }
+
+  Args eval_args(const Expr& e, Scope& scope) {
+    Args args;
+    for (const auto& x : e.args) args.pos.push_back(eval(*x, scope));
+    for (const auto& [n, x] : e.kwargs) args.kw.emplace_back(n, eval(*x, scope));
+    return args;
+  }
+
+  Value eval_call(const Expr& e, Scope& scope, const Value* caller) {
+    Value fn = eval(*e.a, scope);
+    Args args = eval_args(e, scope);
+    if (caller) args.caller = *caller;
+    line_ = e.line;
+    return call(fn, args);
+  }
+
+  [[noreturn]] static void undefined_op(const Value& v) { fail(undefined_message(v)); }
+
+  Value binary(const std::string& op, const Value& l, const Value& r) {
+    if (l.is_undefined()) undefined_op(l);
+    if (r.is_undefined()) undefined_op(r);
+    auto int_of = [](const Value& v) { return v.kind == Kind::Bool ? int64_t{v.b} : v.i; };
+    auto dbl_of = [&](const Value& v) {
+      return v.kind == Kind::Float ? v.f : static_cast<double>(int_of(v));
+    };
+    const bool ints =
+        l.is_number() && r.is_number() && l.kind != Kind::Float && r.kind != Kind::Float;
+    const bool nums = l.is_number() && r.is_number();
+    auto overflow = [&](bool bad) {
+      if (bad) fail("integer overflow");
+    };
+    if (op == "+") {
+      if (ints) {
+        int64_t out;
+        overflow(__builtin_add_overflow(int_of(l), int_of(r), &out));
+        return Value::integer(out);
+      }
+      if (nums) return Value::number(dbl_of(l) + dbl_of(r));
+      if (l.is_string() && r.is_string()) {
+        if (l.s.text.size() + r.s.text.size() > opt_.limits.max_output_bytes) {
+          fail("string too long");
+        }
+        // Markup + str escapes the plain side (markupsafe), and stays Markup.
+        const bool markup = l.is_markup() || r.is_markup();
+        Str s = markup && !l.is_markup() ? apply_filter("escape", l, no_args_).s : l.s;
+        s.append(markup && !r.is_markup() ? apply_filter("escape", r, no_args_).s : r.s);
+        Value out = Value::string(std::move(s));
+        out.b = markup;
+        return out;
+      }
+      if (l.is_list() && r.is_list()) {
+        std::vector<Value> items = l.list->items;
+        items.insert(items.end(), r.list->items.begin(), r.list->items.end());
+        return Value::of_list(std::move(items), l.list->tuple);
+      }
+    } else if (op == "-") {
+      if (ints) {
+        int64_t out;
+        overflow(__builtin_sub_overflow(int_of(l), int_of(r), &out));
+        return Value::integer(out);
+      }
+      if (nums) return Value::number(dbl_of(l) - dbl_of(r));
+    } else if (op == "*") {
+      if (ints) {
+        int64_t out;
+        overflow(__builtin_mul_overflow(int_of(l), int_of(r), &out));
+        return Value::integer(out);
+      }
+      if (nums) return Value::number(dbl_of(l) * dbl_of(r));
+      const Value* seq = l.is_string() || l.is_list() ? &l : &r;
+      const Value* times = seq == &l ? &r : &l;
+      if ((seq->is_string() || seq->is_list()) && times->is_number() &&
+          times->kind != Kind::Float) {
+        const int64_t n = std::max<int64_t>(0, int_of(*times));
+        const auto unit =
+            static_cast<uint64_t>(seq->is_string() ? seq->s.text.size() : seq->list->items.size());
+        if (unit * static_cast<uint64_t>(n) > opt_.limits.max_output_bytes) fail("result too long");
+        if (seq->is_string()) {
+          Str s;
+          for (int64_t k = 0; k < n; ++k) s.append(seq->s);
+          return Value::string(std::move(s));
+        }
+        std::vector<Value> items;
+        for (int64_t k = 0; k < n; ++k) {
+          items.insert(items.end(), seq->list->items.begin(), seq->list->items.end());
+        }
+        return Value::of_list(std::move(items));
+      }
+    } else if (op == "/") {
+      if (nums) {
+        if (dbl_of(r) == 0) fail("division by zero");
+        return Value::number(dbl_of(l) / dbl_of(r));
+      }
+    } else if (op == "//" || op == "%") {
+      if (ints) {
+        const int64_t a = int_of(l), b = int_of(r);
+        if (b == 0) fail("integer division or modulo by zero");
+        if (a == INT64_MIN && b == -1) fail("integer overflow");
+        int64_t q = a / b, m = a % b;
+        if (m != 0 && ((m < 0) != (b < 0))) {
+          q -= 1;
+          m += b;
+        }
+        return Value::integer(op == "//" ? q : m);
+      }
+      if (nums) {
+        const double a = dbl_of(l), b = dbl_of(r);
+        if (b == 0) fail("float division by zero");
+        const double q = std::floor(a / b);
+        if (op == "//") return Value::number(q);
+        double m = std::fmod(a, b);
+        if (m != 0 && ((m < 0) != (b < 0))) m += b;
+        return Value::number(m);
+      }
+      if (op == "%" && l.is_string()) fail("printf-style '%' string formatting is not supported");
+    } else if (op == "**") {
+      if (ints && int_of(r) >= 0) {
+        int64_t out = 1;
+        for (int64_t k = 0; k < int_of(r); ++k) {
+          overflow(__builtin_mul_overflow(out, int_of(l), &out));
+          if (out == 0 || out == 1) break;
+        }
+        return Value::integer(out);
+      }
+      if (nums) return Value::number(std::pow(dbl_of(l), dbl_of(r)));
+    }
+    fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(l),
+                     type_name(r)));
+  }
+
+  bool contains(const Value& container, const Value& item) {
+    switch (container.kind) {
+      case Kind::Str:
+        if (!item.is_string()) {
+          fail(fmt::format("'in <string>' requires string as left operand, not {}",
+                           type_name(item)));
+        }
+        return container.s.text.find(item.s.text) != std::string::npos;
+      case Kind::List:
+        for (const Value& v : container.list->items) {
+          if (equals(v, item)) return true;
+        }
+        return false;
+      case Kind::Dict:
+        return container.dict->find(item) != nullptr;
+      case Kind::Undefined:
+        return false;
+      default:
+        fail(fmt::format("argument of type '{}' is not iterable", type_name(container)));
+    }
+  }
+
+  bool compare(const std::string& op, const Value& l, const Value& r) {
+    if (op == "==") return equals(l, r);
+    if (op == "!=") return !equals(l, r);
+    if (op == "in") return contains(r, l);
+    if (op == "not in") return !contains(r, l);
+    if (l.is_undefined()) undefined_op(l);
+    if (r.is_undefined()) undefined_op(r);
+    if (op == "<") return less(l, r);
+    if (op == ">") return less(r, l);
+    if (op == "<=") return !less(r, l);
+    return !less(l, r);  // ">="
+  }
+
+  Value eval(const Expr& e, Scope& scope) {
+    step();
+    line_ = e.line;
+    switch (e.kind) {
+      case ExprKind::Literal:
+        return e.literal;
+      case ExprKind::Name: {
+        const Value* v = scope.find(e.name);
+        return v ? *v : Value::undefined(e.name);
+      }
+      case ExprKind::List:
+      case ExprKind::Tuple: {
+        std::vector<Value> items;
+        for (const auto& x : e.items) items.push_back(eval(*x, scope));
+        return Value::of_list(std::move(items), e.kind == ExprKind::Tuple);
+      }
+      case ExprKind::Dict: {
+        Dict d;
+        for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
+          Value key = eval(*e.items[k], scope);
+          d.set(std::move(key), eval(*e.items[k + 1], scope));
+        }
+        return Value::of_dict(std::move(d));
+      }
+      case ExprKind::Attr: {
+        Value obj = eval(*e.a, scope);
+        line_ = e.line;
+        if (obj.is_undefined()) undefined_op(obj);
+        Value v = get_attr(obj, e.name);
+        if (v.is_undefined() && v.name.empty()) v.name = e.name;
+        return v;
+      }
+      case ExprKind::Item: {
+        Value obj = eval(*e.a, scope);
+        Value key = eval(*e.b, scope);
+        line_ = e.line;
+        if (obj.is_undefined()) undefined_op(obj);
+        return get_item(obj, key);
+      }
+      case ExprKind::Slice: {
+        Value obj = eval(*e.a, scope);
+        Value b = e.b ? eval(*e.b, scope) : Value::none();
+        Value c = e.c ? eval(*e.c, scope) : Value::none();
+        Value d = e.d ? eval(*e.d, scope) : Value::none();
+        line_ = e.line;
+        if (obj.is_undefined()) undefined_op(obj);
+        return slice(obj, b, c, d);
+      }
+      case ExprKind::Call:
+        return eval_call(e, scope, nullptr);
+      case ExprKind::Filter: {
+        Value v = e.a ? eval(*e.a, scope) : Value::undefined();
+        Args args = eval_args(e, scope);
+        line_ = e.line;
+        return apply_filter(e.name, v, args);
+      }
+      case ExprKind::Test: {
+        Value v = eval(*e.a, scope);
+        Args args = eval_args(e, scope);
+        line_ = e.line;
+        return Value::boolean(apply_test(e.name, v, args) != e.negated);
+      }
+      case ExprKind::Unary: {
+        Value v = eval(*e.a, scope);
+        if (e.name == "not") return Value::boolean(!truthy(v));
+        if (v.is_undefined()) undefined_op(v);
+        if (v.kind == Kind::Float) return Value::number(e.name == "-" ? -v.f : v.f);
+        if (v.is_number()) {
+          const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
+          if (e.name == "-" && i == INT64_MIN) fail("integer overflow");
+          return Value::integer(e.name == "-" ? -i : i);
+        }
+        fail(fmt::format("bad operand type for unary {}: '{}'", e.name, type_name(v)));
+      }
+      case ExprKind::Binary: {
+        Value l = eval(*e.a, scope);
+        if (e.name == "and") return truthy(l) ? eval(*e.b, scope) : l;
+        if (e.name == "or") return truthy(l) ? l : eval(*e.b, scope);
+        Value r = eval(*e.b, scope);
+        line_ = e.line;
+        return binary(e.name, l, r);
+      }
+      case ExprKind::Compare: {
+        Value l = eval(*e.items[0], scope);
+        for (size_t k = 0; k < e.ops.size(); ++k) {
+          Value r = eval(*e.items[k + 1], scope);
+          line_ = e.line;
+          if (!compare(e.ops[k], l, r)) return Value::boolean(false);
+          l = std::move(r);
+        }
+        return Value::boolean(true);
+      }
+      case ExprKind::Concat: {
+        Str s;
+        for (const auto& x : e.items) {
+          s.append(to_str(eval(*x, scope)));
+          if (s.text.size() > opt_.limits.max_output_bytes) fail("string too long");
+        }
+        return Value::string(std::move(s));
+      }
+      case ExprKind::Cond:
+        if (truthy(eval(*e.a, scope))) return eval(*e.b, scope);
+        return e.c ? eval(*e.c, scope) : Value::undefined();
+    }
+    return Value::undefined();
+  }
+
+  const RenderOptions& opt_;
+  Scope* root_;
+  Str* out_ = nullptr;
+  Args no_args_;
+  uint64_t steps_ = 0;
+  uint64_t caller_ids_ = 0;
+  std::vector<uint64_t> live_callers_;
+  int depth_ = 0;
+  int line_ = 0;
+};
+
+std::vector<ByteRange> complement(const std::vector<ByteRange>& content, size_t size) {
+  std::vector<ByteRange> out;
+  size_t at = 0;
+  for (const ByteRange& r : content) {
+    if (r.begin > at) out.push_back({at, r.begin});
+    at = r.end;
+  }
+  if (at < size) out.push_back({at, size});
+  return out;
+}
+
+}  // namespace
+
+Template::Template(std::string_view source) {
+  auto program = std::make_unique<detail::Program>();
+  try {
+    program->body = detail::parse_template(source);
+  } catch (const RenderError& e) {
+    throw InvalidArgument(fmt::format("chat template line {}: {}", e.line, e.message));
+  }
+  program_ = std::move(program);
+}
+
+Template::~Template() = default;
+Template::Template(Template&&) noexcept = default;
+Template& Template::operator=(Template&&) noexcept = default;
+
+Rendered Template::render(const nlohmann::ordered_json& context,
+                          const RenderOptions& options) const {
+  if (!context.is_object()) throw InvalidArgument("chat template context: must be a JSON object");
+  Scope globals;
+  Dict g = make_globals(options.now_unix_seconds);
+  for (auto& [k, v] : g.items) globals.vars[k.s.text] = v;
+  Scope root;
+  root.parent = &globals;
+  for (auto it = context.begin(); it != context.end(); ++it) {
+    const bool trusted = std::find(options.trusted_keys.begin(), options.trusted_keys.end(),
+                                   it.key()) != options.trusted_keys.end();
+    root.vars[it.key()] = from_json(it.value(), !trusted);
+  }
+  Renderer r(options, &root);
+  try {
+    Str out = r.run(program_->body);
+    Rendered result;
+    result.template_ranges = complement(out.content, out.text.size());
+    result.text = std::move(out.text);
+    return result;
+  } catch (const RenderError& e) {
+    throw InvalidArgument(
+        fmt::format("chat template line {}: {}", e.line ? e.line : r.line(), e.message));
+  }
+}
+
+}  // namespace encore::jinja
