@@ -4,6 +4,10 @@ encore_add_test(test_cli_synth SOURCES cli_synth_test.cpp LABELS cli DEFINES ENC
 encore_add_test(test_cli_synth_heavy SOURCES cli_synth_test.cpp LABELS heavy
                 DEFINES ENCORE_SYNTH_HEAVY=1)
 encore_add_test(test_cli_bench SOURCES cli_bench_test.cpp LABELS cli)
+# The demo model in the repo speaks English and scripts/run.sh runs it by default
+# (issue "a fresh clone speaks English"); needs no ../shared but for one byte compare.
+encore_add_test(test_cli_demo SOURCES cli_demo_test.cpp LABELS cli
+                DEFINES ENCORE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TIMEOUT 60)
 # Every `encore run` flag takes effect (request flags change the output,
 # speed/memory flags keep it): issue "--seed is ignored".
 encore_add_test(test_cli_flags SOURCES cli_flags_test.cpp LABELS repro TIMEOUT 600)
