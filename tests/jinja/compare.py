@@ -246,8 +246,12 @@ def compare(args, oracle_mod, out=sys.stdout):
     if refused:
         print(f"templates with refused cells ({len(refused)}, at most "
               f"{MAX_REFUSED_TEMPLATES} allowed): " + ", ".join(refused), file=out)
-    for cell in failing + [c for c in cells.values() if c.code == "R"] + noted:
+    listed = failing + [c for c in cells.values() if c.code == "R"] + noted
+    limit = len(listed) if args.verbose else 40
+    for cell in listed[:limit]:
         print("\n".join(describe(cell, args.verbose)), file=out)
+    if len(listed) > limit:
+        print(f"... and {len(listed) - limit} more (--verbose lists them all)", file=out)
     ok = not failing and len(refused) <= MAX_REFUSED_TEMPLATES
     print(f"\n{'PASS' if ok else 'FAIL'}: {len(failing)} failing cells, "
           f"{len(refused)} templates refused", file=out)

@@ -365,8 +365,17 @@ NOTES = """## Semantics a reimplementation must match (checked with jinja2 3.1 a
 - **`loop`**: `index`, `index0`, `first`, `last`, `length`, `revindex`, `previtem` / `nextitem`
   (Undefined at the ends), `cycle`, `changed`, `depth`; with `for x in y if cond` the filter
   runs before `loop` is built (indices count only kept items).
+- **Unknown filters and tests**: a compile-time TemplateSyntaxError ("No filter named
+  'from_json'.") unless the use sits inside an `if` body, where jinja2 defers it: the template
+  compiles and raises TemplateRuntimeError ("No filter named 'from_json' found.") only when
+  that branch runs (deepseek-ai-DeepSeek-V4 renders unless a tool call's arguments are a string).
+- **Macros** see the template's top-level variables and the context, not the caller's
+  local or loop variables (MiroThinker's `render_tool` reads the caller's loop variable
+  `tool`: UndefinedError). A macro called with fewer arguments gets Undefined for the rest
+  (or the defaults).
 - **Errors**: `raise_exception(msg)` raises TemplateError(msg); the oracle prints
-  `error: raise_exception: msg`.
+  `error: raise_exception: msg`. Other runtime errors are Python's own (TypeError for
+  `str + dict`, `None` iterated, json.dumps of a generator from `map(...)|tojson`).
 """
 
 
