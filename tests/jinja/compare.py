@@ -26,6 +26,7 @@ arguments. A normal run starts with the self-test (under a second).
 """
 import argparse
 import concurrent.futures
+import copy
 import json
 import os
 import re
@@ -202,7 +203,7 @@ def compare(args, oracle_mod, out=sys.stdout):
         src = oracle_mod.read_template(os.path.join(args.templates, t))
         for c in convs:
             cell = Cell(t, c)
-            cell.oracle_ok, cell.oracle_out = orc.render(src, contexts[c])
+            cell.oracle_ok, cell.oracle_out = orc.render(src, copy.deepcopy(contexts[c]))
             cells[(t, c)] = cell
 
     if args.oracle_only:

@@ -156,7 +156,7 @@ def main(argv=None):
         oracle = Oracle(a.now)
     except (OSError, ValueError) as e:
         sys.stderr.buffer.write(f"error: {e}\n".encode("utf-8", "backslashreplace"))
-        return 2
+        return 1
     ok, out = oracle.render(source, context)
     if not ok:
         sys.stderr.buffer.write((out + "\n").encode("utf-8", "backslashreplace"))
