@@ -241,6 +241,12 @@ def compare(args, oracle_mod, out=sys.stdout):
     print(f"{len(cells)} cells ({len(templates)} templates x {len(convs)} conversations) in "
           f"{wall:.1f} s: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
           file=out)
+    raised = [c for c in cells.values()
+              if not c.oracle_ok and c.oracle_out.startswith("error: raise_exception: ")]
+    if raised:
+        agree = sum(1 for c in raised if c.code == "E")
+        print(f"cells where the template calls raise_exception: {len(raised)}; encore's error "
+              f"line carries the message in {agree}", file=out)
     slowest = max(cells.values(), key=lambda c: c.seconds)
     print(f"slowest encore render: {slowest.seconds:.2f} s ({slowest.template} x "
           f"{slowest.conv})", file=out)
