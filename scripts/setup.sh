@@ -18,6 +18,7 @@ PACKAGES=(
   libpcre2-dev libicu-dev             # tokenizer: pre-tokenizer regexes, Unicode NFC/NFD
   libssl-dev                          # libcrypto: SHA-256 (audit log), HMAC-SHA256 (--derive-seed)
   python3
+  python3-jinja2                      # tests/jinja: the oracle that encore template is compared with
 )
 
 missing=()
