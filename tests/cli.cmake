@@ -33,3 +33,8 @@ encore_add_test(test_cli_serve_requests
 # --derive-seed, encore_seed_reuse_total, --normalize-input.
 encore_add_test(test_cli_serve_seed SOURCES cli_serve_seed_test.cpp LIBS PkgConfig::HTTPLIB_TEST
                 LABELS cli TIMEOUT 300)
+# Chat requests through the model's own Jinja template (issue "Every model's own
+# chat template"): the default, --chat-template-file, --template-now, errors with
+# the template line, `encore template`, the server and the audit log's hash.
+encore_add_test(test_cli_chat_template SOURCES cli_chat_template_test.cpp
+                LIBS encore_engine PkgConfig::HTTPLIB_TEST LABELS cli TIMEOUT 300)

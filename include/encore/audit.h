@@ -31,6 +31,7 @@
 
 #include "encore/engine.h"
 #include "encore/request.h"
+#include "encore/seed.h"
 
 namespace encore::audit {
 
@@ -62,9 +63,9 @@ inline constexpr std::chrono::seconds kMaxQueueWait{30};
 inline constexpr const char* kGenesis =  // "prev" of the first line
     "0000000000000000000000000000000000000000000000000000000000000000";
 
-// SHA-256 of `bytes`, 64 lowercase hex digits; of token ids, over their
-// little-endian int32 bytes.
-std::string sha256_hex(std::string_view bytes);
+// SHA-256 of `bytes`, 64 lowercase hex digits (seed.h); of token ids, over
+// their little-endian int32 bytes.
+using encore::sha256_hex;
 std::string ids_sha256(const std::vector<TokenId>& ids);
 
 // ---- records ---------------------------------------------------------------

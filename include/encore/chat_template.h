@@ -1,13 +1,12 @@
 // Chat templates: turning a list of messages into the prompt text a
 // chat-tuned model was trained on.
 //
-// GGUF files carry the Hugging Face Jinja template as tokenizer.chat_template.
-// Encore has no Jinja interpreter: detect_chat_template() recognises the
-// family from marker substrings of the template text (in the order
-// llama.cpp's built-in detection uses, so that e.g. a ChatML template that
-// mentions "[INST]" in a comment is still ChatML), and render_chat() writes
-// that family's format in C++. Templates of other families are rejected with
-// an error that names --chat-template.
+// GGUF files carry the Hugging Face Jinja template as tokenizer.chat_template;
+// render_jinja_chat() runs it (jinja.h), and that is what a chat request
+// gets by default. The 14 families below are C++ renderings of common
+// formats, used when a request names one (--chat-template NAME), e.g. for a
+// model file without a template; detect_chat_template() tells which family a
+// template text resembles (by llama.cpp's marker substrings).
 //
 // BOS: the rendered text never starts with the BOS text. Encode it with
 // EncodeOptions::add_bos = vocab.add_bos, so the tokenizer adds the single
@@ -35,12 +34,17 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "encore/tokenizer.h"
+
+namespace encore::jinja {
+class Template;
+}
 
 namespace encore {
 
@@ -120,6 +124,22 @@ struct RenderedChat {
 // Mistral v1/v3, Gemma join it to a turn; it would vanish).
 RenderedChat render_chat_prompt(ChatTemplate t, std::span<const ChatMessage> messages,
                                 bool add_generation_prompt, const Vocab& vocab);
+
+// Renders `messages` with a Jinja chat template (jinja.h): the model's own
+// tokenizer.chat_template or any other, as transformers' apply_chat_template
+// does, with the variables messages (role and content of each),
+// add_generation_prompt, bos_token and eos_token (the vocabulary's texts);
+// strftime_now reads `now` (seconds since 1970, UTC; nullopt: the system
+// clock). Every message string is content, outside the returned
+// template_ranges, whatever the template does with it; bos_token and
+// eos_token are template text. A BOS text the template writes first is
+// dropped when vocab.add_bos, since the tokenizer adds that one BOS (as for
+// the families). Throws InvalidArgument with field "messages" and the
+// template line ("chat template line 7: raise_exception: Conversation roles
+// must alternate user/assistant/user/assistant/...").
+RenderedChat render_jinja_chat(const jinja::Template& t, std::span<const ChatMessage> messages,
+                               bool add_generation_prompt, const Vocab& vocab,
+                               std::optional<int64_t> now);
 
 // render_chat_prompt(...).text: for display and tests. Tokenizing this text
 // with special tokens parsed everywhere would let content become control

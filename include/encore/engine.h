@@ -67,6 +67,19 @@ struct EngineOptions {
   // kMaxSeedSecretBytes (seed.h).
   std::string seed_secret;
 
+  // The Jinja chat template (jinja.h) that renders `messages` when a request
+  // names no family: this text (--chat-template-file) if not empty, else the
+  // model's tokenizer.chat_template. chat_template_origin names it in
+  // messages (the file's path). A text that does not parse fails the open;
+  // a model's that does not fails only the chat requests that need it.
+  std::string chat_template_text;
+  std::string chat_template_origin;
+  // strftime_now's clock in chat templates, seconds since 1970 (UTC);
+  // nullopt: the system clock at each render. The rendered prompt is what
+  // the audit log records and a replay evaluates, so a replay never depends
+  // on it.
+  std::optional<int64_t> template_now;
+
   // State tiers (store.h) for sessions and KV snapshots; none when both are
   // empty. They need the prefix cache.
   std::string state_dir;  // a local directory (default_state_dir() is the usual one)

@@ -31,7 +31,8 @@
 // through concatenation, slicing and the string methods; the render returns
 // the byte ranges the template wrote itself, so a tokenizer parses special
 // tokens only there (tokenizer.h special_ranges). Strings from keys listed in
-// RenderOptions::trusted_keys (bos_token, eos_token) count as template text.
+// RenderOptions::trusted_paths (bos_token, eos_token; a caller may add
+// messages' roles once it has checked them) count as template text.
 //
 // Ownership: a Template owns its parsed program; render() reads it and the
 // context and retains nothing. Cost: parse O(template size); render
@@ -59,8 +60,11 @@ struct Limits {
 struct RenderOptions {
   // The clock of strftime_now(fmt), in seconds since the Unix epoch (UTC).
   int64_t now_unix_seconds = 0;
-  // Context keys whose strings are template text rather than content.
-  std::vector<std::string> trusted_keys = {"bos_token", "eos_token", "unk_token", "pad_token"};
+  // Where in the context strings are template text rather than content:
+  // paths of keys and array indexes from the top, "/" before each, "*" for
+  // any one ("/messages/*/role"). A trusted string's keys and items are
+  // trusted too.
+  std::vector<std::string> trusted_paths = {"/bos_token", "/eos_token", "/unk_token", "/pad_token"};
   Limits limits;
 };
 

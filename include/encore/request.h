@@ -189,7 +189,12 @@ struct Response {
   std::vector<TokenId> prompt_ids;  // as evaluated (template and BOS applied)
   std::string prompt_text;          // the text tokenized: the rendered chat, the prompt text
                                     // (or the text appended to a session); "" for ids
-  std::string chat_template;        // the family used, "" for a plain prompt
+  // The chat template used: a family's name, "model" (the model's Jinja
+  // template) or "file" (EngineOptions::chat_template_text); "" for a plain
+  // prompt. For a Jinja template, chat_template_hash is the SHA-256 (hex) of
+  // its source: with prompt_text it says exactly what produced the prompt.
+  std::string chat_template;
+  std::string chat_template_hash;
   // The request as the engine ran it: prompt_ids as evaluated (prompt,
   // messages and chat_template cleared), the seed set, a continued session's
   // saved request and sample states (resume) merged in. Submitting it (with

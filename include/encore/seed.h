@@ -45,4 +45,8 @@ uint64_t derive_seed(std::string_view secret, std::string_view tenant,
 // or longer than kMaxSeedSecretBytes, one that cannot be read.
 std::string load_seed_secret(const std::string& path, std::string_view option);
 
+// SHA-256 of `bytes`, 64 lowercase hex digits (the audit log's hashes, a
+// chat template's). Throws Error when libcrypto fails.
+std::string sha256_hex(std::string_view bytes);
+
 }  // namespace encore

@@ -36,18 +36,6 @@ Fsync fsync_from_name(std::string_view name) {
                         fmt::format("'{}' is not one of always, interval, never", name));
 }
 
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
-    throw Error("SHA-256 failed (OpenSSL EVP_Digest)");
-  }
-  std::string out;
-  out.reserve(2 * len);
-  for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", digest[i]);
-  return out;
-}
-
 std::string ids_sha256(const std::vector<TokenId>& ids) {
   std::string bytes;
   bytes.reserve(ids.size() * 4);
@@ -117,6 +105,7 @@ Json request_record(std::string_view id, std::string_view endpoint, std::string_
   }
   req["prompt"] = std::move(prompt);
   req["chat_template"] = r.chat_template;
+  if (!r.chat_template_hash.empty()) req["chat_template_hash"] = r.chat_template_hash;
   req["normalize_input"] = e.normalize_input;
   req["seed"] = r.seed;
   req["seed_source"] = seed_source_name(r.seed_source);

@@ -319,7 +319,8 @@ void add_batch_command(CLI::App& app) {
   sub->add_option("-o,--output", args->output,
                   "Results, one JSON object per line in input order (- : stdout); written to "
                   "FILE.tmp and renamed when complete");
-  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kSeedFlag, settings::kBatch);
+  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kSeedFlag | kChatFlags,
+                   settings::kBatch);
   add_audit_flags(sub, args->audit, settings::kBatch);
   sub->add_option("--max-in-flight", args->max_in_flight,
                   "Requests submitted ahead of the oldest unfinished one")

@@ -196,7 +196,7 @@ void add_chat_command(CLI::App& app) {
   // conversation's first answer; its k-th answer uses seed + k - 1, also in
   // a continued session.
   add_setting_flags(sub, args->request, settings::kChat);
-  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags, settings::kChat);
+  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags | kChatFlags, settings::kChat);
   sub->callback([args] { run_chat(*args); });
 }
 

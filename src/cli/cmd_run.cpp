@@ -262,8 +262,14 @@ void run_generate(const RunArgs& a) {
   if (r.status != Response::Status::Ok) throw ModelError(r.error);
   for (const std::string& note : r.notes) fmt::print(stderr, "note: {}\n", note);
   if (chat) {
-    fmt::print(stderr, "chat: template {} (from {}), single turn\n", r.chat_template,
-               a.chat_template.empty() ? "tokenizer.chat_template" : "--chat-template");
+    if (r.chat_template_hash.empty()) {
+      fmt::print(stderr, "chat: template {} (from --chat-template), single turn\n",
+                 r.chat_template);
+    } else {
+      fmt::print(stderr, "chat: Jinja template from {} (sha256 {}), single turn\n",
+                 r.chat_template == "file" ? "--chat-template-file" : "tokenizer.chat_template",
+                 r.chat_template_hash.substr(0, 16));
+    }
   }
 
   if (!a.save_state.empty()) {
@@ -341,7 +347,8 @@ void add_run_command(CLI::App& app) {
                       "appended to its conversation) and save it at the end")
           ->type_name("NAME");
   session->excludes(resume);
-  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags | kSeedFlag, settings::kRun);
+  add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags | kSeedFlag | kChatFlags,
+                   settings::kRun);
   sub->add_flag("--json", args->json, "Print one JSON object instead of streaming text");
   sub->add_flag("--chat,--conversation", args->chat,
                 "Send the prompt as a user message through the model's chat template (one turn)");

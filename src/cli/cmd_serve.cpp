@@ -138,7 +138,8 @@ void add_serve_command(CLI::App& app) {
   add_setting_flags(sub, args->server, settings::kServe);
   add_setting_flag(sub, settings::kShutdownGrace, args->shutdown_grace_s);
   add_setting_flag(sub, settings::kShutdownDelay, args->shutdown_delay_s);
-  add_engine_flags(sub, args->engine, kComputeFlags | kPrefixFlag | kStateFlags | kSeedFlag,
+  add_engine_flags(sub, args->engine,
+                   kComputeFlags | kPrefixFlag | kStateFlags | kSeedFlag | kChatFlags,
                    settings::kServe);
   add_audit_flags(sub, args->audit, settings::kServe);
   sub->callback([args] { run_serve(*args); });

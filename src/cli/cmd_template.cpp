@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "encore/error.h"
 #include "encore/gguf.h"
 #include "encore/jinja.h"
@@ -35,31 +36,6 @@ std::string read_text(const std::string& path, std::string_view what) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// "2024-07-26T08:30:00Z" (or a date alone, or seconds since the epoch).
-int64_t parse_now(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("-0123456789") == std::string::npos) {
-    try {
-      return std::stoll(s);
-    } catch (const std::exception&) {
-    }
-  }
-  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
-  char tail[8] = {0};
-  const int n =
-      std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%7s", &y, &mo, &d, &h, &mi, &sec, tail);
-  const bool ok = (n == 3 && s.size() == 10) || (n == 6 && s.size() == 19) ||
-                  (n == 7 && std::string(tail) == "Z");
-  if (!ok || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) {
-    throw InvalidArgument(
-        "now",
-        fmt::format("'{}' is not a UTC time like 2024-07-26T08:30:00Z or seconds since 1970", s));
-  }
-  using namespace std::chrono;
-  const auto days =
-      sys_days(year{y} / month{static_cast<unsigned>(mo)} / day{static_cast<unsigned>(d)});
-  return duration_cast<seconds>(days.time_since_epoch()).count() + h * 3600 + mi * 60 + sec;
-}
-
 void run_template(const TemplateArgs& a) {
   if (a.file.empty() == a.model.empty()) {
     throw InvalidArgument("give the template as --file TEMPLATE.jinja or -m MODEL.gguf");
@@ -75,7 +51,7 @@ void run_template(const TemplateArgs& a) {
   }
   std::string source;
   if (!a.file.empty()) {
-    source = read_text(a.file, "--file");
+    source = read_chat_template_file(a.file, "--file");
   } else {
     const gguf::File file = gguf::File::open(a.model, gguf::LoadMode::Mmap);
     auto t = file.opt_string("tokenizer.chat_template");
@@ -90,7 +66,7 @@ void run_template(const TemplateArgs& a) {
   opt.now_unix_seconds = a.now.empty() ? std::chrono::duration_cast<std::chrono::seconds>(
                                              std::chrono::system_clock::now().time_since_epoch())
                                              .count()
-                                       : parse_now(a.now);
+                                       : parse_utc_time(a.now, "--now");
   const jinja::Template tmpl(source);
   const jinja::Rendered r = tmpl.render(context, opt);
   if (a.ranges) {

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 
 #include "cli/commands.h"
 #include "cli/setting_flags.h"
@@ -38,6 +41,16 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::
                     "with 32 random bytes when missing")
         ->type_name("FILE");
   }
+  if (groups & kChatFlags) {
+    sub->add_option("--chat-template-file", f.chat_template_file,
+                    "Render chat messages with this Jinja template instead of the model's "
+                    "tokenizer.chat_template (a --chat-template NAME still wins)")
+        ->type_name("FILE");
+    sub->add_option("--template-now", f.template_now,
+                    "strftime_now's clock in chat templates: a UTC time (2024-07-26T08:30:00Z) or "
+                    "seconds since 1970 (default: the system clock at each request)")
+        ->type_name("TIME");
+  }
   if (groups & kStateFlags) {
     sub->add_option("--state-dir", f.state_dir,
                     "Keep sessions and KV snapshots in DIR (default with --session: "
@@ -46,6 +59,53 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::
     sub->add_option("--redis", f.redis, "Also keep them in Redis: redis://HOST:PORT[/DB]")
         ->type_name("URL");
   }
+}
+
+int64_t parse_utc_time(const std::string& s, std::string_view flag) {
+  const size_t digits_from = !s.empty() && s[0] == '-' ? 1 : 0;
+  if (s.size() > digits_from && s.size() < 19 &&
+      s.find_first_not_of("0123456789", digits_from) == std::string::npos) {
+    try {
+      return std::stoll(s);
+    } catch (const std::exception&) {
+    }
+  }
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
+  char tail[4] = {0};
+  const int n =
+      std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%3s", &y, &mo, &d, &h, &mi, &sec, tail);
+  const bool ok = (n == 3 && s.size() == 10) || (n == 6 && s.size() == 19) ||
+                  (n == 7 && s.size() == 20 && std::string(tail) == "Z");
+  using namespace std::chrono;
+  const year_month_day ymd{year{y}, month{static_cast<unsigned>(mo)},
+                           day{static_cast<unsigned>(d)}};
+  if (!ok || !ymd.ok() || h > 23 || mi > 59 || sec > 59) {
+    throw InvalidArgument(std::string(flag),
+                          fmt::format("'{}' is not a UTC time like 2024-07-26T08:30:00Z, a date "
+                                      "like 2024-07-26 or seconds since 1970",
+                                      s));
+  }
+  return duration_cast<seconds>(sys_days(ymd).time_since_epoch()).count() + h * 3600 + mi * 60 +
+         sec;
+}
+
+std::string read_chat_template_file(const std::string& path, std::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InvalidArgument(std::string(flag), fmt::format("cannot open {}", path));
+  }
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxChatTemplateFileBytes) {
+      throw InvalidArgument(
+          std::string(flag),
+          fmt::format("{} is over {} bytes: not a chat template", path, kMaxChatTemplateFileBytes));
+    }
+  }
+  if (text.empty()) throw InvalidArgument(std::string(flag), fmt::format("{} is empty", path));
+  return text;
 }
 
 EngineOptions engine_options(const std::string& model, const EngineFlags& f, bool with_session) {
@@ -72,6 +132,11 @@ EngineOptions engine_options(const std::string& model, const EngineFlags& f, boo
   o.async_session_writes = f.async_session_writes;
   o.tenant_shares.default_bytes = static_cast<uint64_t>(f.tenant_state_mib * 1048576.0);
   if (!f.derive_seed.empty()) o.seed_secret = load_seed_secret(f.derive_seed, "--derive-seed");
+  if (!f.chat_template_file.empty()) {
+    o.chat_template_text = read_chat_template_file(f.chat_template_file, "--chat-template-file");
+    o.chat_template_origin = f.chat_template_file;
+  }
+  if (!f.template_now.empty()) o.template_now = parse_utc_time(f.template_now, "--template-now");
   o.log = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   return o;
 }

@@ -28,7 +28,9 @@ struct EngineFlags {
   double state_max_mib = settings::kStateMaxMib.def;
   double tenant_state_mib = settings::kTenantStateMib.def;
   bool async_session_writes = settings::kAsyncSessionWrites.def != 0;
-  std::string derive_seed;  // --derive-seed FILE: the secret's file
+  std::string derive_seed;         // --derive-seed FILE: the secret's file
+  std::string chat_template_file;  // --chat-template-file FILE: a Jinja template
+  std::string template_now;        // --template-now TIME: strftime_now's clock
 };
 
 // Which groups of the flags outside the table a command has; the table's
@@ -39,12 +41,25 @@ enum EngineFlagGroups : unsigned {
   kPrefixFlag = 8,    // --prefix-cache/--no-prefix-cache
   kStateFlags = 16,   // --state-dir --redis
   kSeedFlag = 32,     // --derive-seed
+  kChatFlags = 64,    // --chat-template-file --template-now
 };
 void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::Front front);
 
 // The options for `model`. with_session: a session needs a state tier, so
 // without --state-dir or --redis the usual directory is used.
 EngineOptions engine_options(const std::string& model, const EngineFlags& f, bool with_session);
+
+// A UTC time as --now / --template-now take it: "2024-07-26T08:30:00Z",
+// "2024-07-26T08:30:00", "2024-07-26" or seconds since 1970. Throws
+// InvalidArgument naming `flag`.
+int64_t parse_utc_time(const std::string& s, std::string_view flag);
+
+// The text of a --chat-template-file (at most kMaxChatTemplateFileBytes,
+// checked while reading). Throws InvalidArgument naming `flag`.
+std::string read_chat_template_file(const std::string& path, std::string_view flag);
+
+// The largest chat template file read (real ones are under 20 KB).
+inline constexpr uint64_t kMaxChatTemplateFileBytes = 1 << 20;
 
 // --audit-log FILE and its options (`encore serve`, `encore batch`).
 struct AuditFlags {

@@ -61,6 +61,8 @@ Json response_json(const Engine& engine, const Response& r, int n, bool with_top
   usage["completion_tokens"] = r.usage.generated_tokens;
   j["usage"] = usage;
   if (!r.chat_template.empty()) j["chat_template"] = r.chat_template;
+  if (!r.chat_template_hash.empty()) j["chat_template_hash"] = r.chat_template_hash;
+  if (!r.chat_template.empty()) j["prompt_text"] = r.prompt_text;  // the rendered chat
   return j;
 }
 

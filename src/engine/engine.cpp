@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "encore/chat_template.h"
 #include "encore/error.h"
 #include "encore/fingerprint.h"
 #include "encore/seed.h"
@@ -143,6 +144,36 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& options) {
   return engine;
 }
 
+// The Jinja chat template: --chat-template-file's text, else the model's.
+// A file's that does not parse fails the open (its user asked for it); the
+// model's fails only the chat requests that need it (a plain prompt or a
+// named family never does).
+void open_chat_template(Engine::Impl& m, const std::string& name) {
+  std::string text = m.options.chat_template_text;
+  m.chat_jinja_origin = "file";
+  if (text.empty()) {
+    text = m.file->opt_string("tokenizer.chat_template").value_or("");
+    m.chat_jinja_origin = "model";
+  }
+  if (text.empty()) return;
+  m.chat_jinja_hash = sha256_hex(text);
+  try {
+    m.chat_jinja = std::make_shared<const jinja::Template>(text);
+  } catch (const InvalidArgument& e) {
+    if (m.chat_jinja_origin == "file") {
+      throw InvalidArgument("chat_template_file",
+                            fmt::format("{}: {}", m.options.chat_template_origin, e.what()));
+    }
+    m.chat_jinja_error = fmt::format("{}: tokenizer.chat_template: {}", name, e.what());
+    try {
+      const ChatTemplate family = detect_chat_template(text);
+      m.chat_jinja_error +=
+          fmt::format(" (it resembles the family '{}')", chat_template_name(family));
+    } catch (const InvalidArgument&) {
+    }
+  }
+}
+
 std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
                                      const EngineOptions& options) {
   options.validate();
@@ -154,6 +185,7 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   const std::string name = options.model_path.empty() ? m.file->path() : options.model_path;
   m.model = Model::load(*m.file);
   m.tokenizer = Tokenizer::create(vocab_from_gguf(*m.file));
+  open_chat_template(m, name);
   const HParams& hp = m.model->hparams();
   if (m.tokenizer->n_vocab() != hp.n_vocab) {
     throw ModelError(fmt::format("{}: the tokenizer has {} tokens but the model's vocabulary is {}",
@@ -184,7 +216,6 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   numerics.kv_type = options.kv_type;
   numerics.rope_freq_base = hp.rope_freq_base;
   numerics.rope_freq_scale = hp.rope_freq_scale;
-  m.chat_template_text = m.file->opt_string("tokenizer.chat_template");
   for (const std::string& t : m.tokenizer->vocab().tokens) {
     m.max_token_bytes = std::max<uint64_t>(m.max_token_bytes, t.size());
   }

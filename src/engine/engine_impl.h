@@ -18,6 +18,7 @@
 
 #include "encore/engine.h"
 #include "encore/gguf.h"
+#include "encore/jinja.h"
 #include "encore/kv_cache.h"
 #include "encore/model.h"
 #include "encore/thread_pool.h"
@@ -44,8 +45,14 @@ struct Engine::Impl {
   std::unique_ptr<Runner> runner;
   std::unique_ptr<OutputProcessor> output;
   EngineInfo info;
-  std::optional<std::string> chat_template_text;  // tokenizer.chat_template
-  uint64_t max_token_bytes = 1;                   // the longest token text (bounds prompts)
+  // The Jinja chat template (EngineOptions::chat_template_text, else the
+  // model's), parsed once: null when there is none or it did not parse
+  // (chat_jinja_error says why).
+  std::shared_ptr<const jinja::Template> chat_jinja;
+  std::string chat_jinja_error;
+  std::string chat_jinja_origin;  // "model" or "file"
+  std::string chat_jinja_hash;    // SHA-256 (hex) of its source
+  uint64_t max_token_bytes = 1;   // the longest token text (bounds prompts)
 
   std::mutex mu;
   std::condition_variable wake;

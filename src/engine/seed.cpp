@@ -155,4 +155,16 @@ std::string load_seed_secret(const std::string& path, std::string_view option) {
   return secret;
 }
 
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr) != 1) {
+    throw Error("SHA-256 failed (OpenSSL EVP_Digest)");
+  }
+  std::string out;
+  out.reserve(2 * len);
+  for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", digest[i]);
+  return out;
+}
+
 }  // namespace encore

@@ -232,23 +232,28 @@ std::vector<TokenId> Engine::Impl::prompt_of(Request& r, Response* resp) {
                           "message content is always plain text (only the chat template's own "
                           "markers are special tokens); parse_special is for text prompts");
   }
-  if (chat) {
-    ChatTemplate family;
-    if (!r.chat_template.empty()) {
-      family = chat_template_from_name(r.chat_template);
-    } else if (!chat_template_text) {
+  if (chat && r.chat_template.empty()) {
+    // The model's own Jinja template (or --chat-template-file's).
+    if (!chat_jinja) {
       throw InvalidArgument(
           "messages",
-          fmt::format("{} has no tokenizer.chat_template; name a chat template family (one of: {})",
-                      info.model_path, chat_template_names()));
-    } else {
-      try {
-        family = detect_chat_template(*chat_template_text);
-      } catch (const InvalidArgument& e) {
-        throw InvalidArgument(
-            fmt::format("{}: tokenizer.chat_template: {}", info.model_path, e.what()));
-      }
+          chat_jinja_error.empty()
+              ? fmt::format("{} has no tokenizer.chat_template; pass --chat-template NAME (one of: "
+                            "{}) or --chat-template-file FILE",
+                            info.model_path, chat_template_names())
+              : fmt::format("{}; pass --chat-template NAME (one of: {}) or --chat-template-file "
+                            "FILE",
+                            chat_jinja_error, chat_template_names()));
     }
+    resp->chat_template = chat_jinja_origin;
+    resp->chat_template_hash = chat_jinja_hash;
+    const RenderedChat rendered =
+        render_jinja_chat(*chat_jinja, r.messages, true, tokenizer->vocab(), options.template_now);
+    resp->prompt_text = rendered.text;
+    prompt =
+        encode_prompt(*tokenizer, rendered.text, true, &rendered.template_ranges, &resp->notes);
+  } else if (chat) {
+    const ChatTemplate family = chat_template_from_name(r.chat_template);
     resp->chat_template = std::string(chat_template_name(family));
     // Rendered without BOS (the tokenizer adds it per add_bos) and tokenized
     // with special tokens parsed only in the template's own text: message

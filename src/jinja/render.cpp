@@ -598,9 +598,7 @@ Rendered Template::render(const nlohmann::ordered_json& context,
   Scope root;
   root.parent = &globals;
   for (auto it = context.begin(); it != context.end(); ++it) {
-    const bool trusted = std::find(options.trusted_keys.begin(), options.trusted_keys.end(),
-                                   it.key()) != options.trusted_keys.end();
-    root.vars[it.key()] = from_json(it.value(), !trusted);
+    root.vars[it.key()] = from_json(it.value(), options.trusted_paths, "/" + it.key());
   }
   Renderer r(options, &root);
   try {

@@ -663,7 +663,28 @@ Str to_json(const Value& v, const JsonFormat& fmt) {
   return content ? Str::marked(std::move(out)) : Str(std::move(out));
 }
 
-Value from_json(const nlohmann::ordered_json& j, bool content) {
+namespace {
+// Whether `path` ("/messages/0/role") lies at or under `pattern`
+// ("/messages/*/role").
+bool under(std::string_view path, std::string_view pattern) {
+  while (!pattern.empty()) {
+    if (path.empty() || path[0] != '/' || pattern[0] != '/') return false;
+    path.remove_prefix(1);
+    pattern.remove_prefix(1);
+    const size_t a = std::min(path.find('/'), path.size());
+    const size_t b = std::min(pattern.find('/'), pattern.size());
+    if (pattern.substr(0, b) != "*" && pattern.substr(0, b) != path.substr(0, a)) return false;
+    path.remove_prefix(a);
+    pattern.remove_prefix(b);
+  }
+  return true;
+}
+}  // namespace
+
+Value from_json(const nlohmann::ordered_json& j, const std::vector<std::string>& trusted,
+                const std::string& path) {
+  const bool content = std::none_of(trusted.begin(), trusted.end(),
+                                    [&](const std::string& p) { return under(path, p); });
   using T = nlohmann::ordered_json::value_t;
   switch (j.type()) {
     case T::null:
@@ -686,13 +707,16 @@ Value from_json(const nlohmann::ordered_json& j, bool content) {
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e, content));
+      for (const auto& e : j) {
+        items.push_back(from_json(e, trusted, path + "/" + std::to_string(items.size())));
+      }
       return Value::of_list(std::move(items));
     }
     case T::object: {
       Dict d;
       for (auto it = j.begin(); it != j.end(); ++it) {
-        d.set(content ? Str::marked(it.key()) : Str(it.key()), from_json(it.value(), content));
+        d.set(content ? Str::marked(it.key()) : Str(it.key()),
+              from_json(it.value(), trusted, path + "/" + it.key()));
       }
       return Value::of_dict(std::move(d));
     }

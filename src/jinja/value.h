@@ -172,7 +172,9 @@ struct JsonFormat {
 // json.dumps(v, ...) as Python writes it. Fails for Undefined and functions.
 Str to_json(const Value& v, const JsonFormat& fmt);
 
-// A context value from JSON; strings are marked as content when `content`.
-Value from_json(const nlohmann::ordered_json& j, bool content);
+// A context value from JSON; its strings are marked as content except under
+// one of `trusted` (jinja.h RenderOptions::trusted_paths); `path` is j's own.
+Value from_json(const nlohmann::ordered_json& j, const std::vector<std::string>& trusted,
+                const std::string& path = "");
 
 }  // namespace encore::jinja

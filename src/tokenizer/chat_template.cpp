@@ -11,12 +11,16 @@
 #include "encore/chat_template.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "encore/error.h"
+#include "encore/jinja.h"
 #include "util/text.h"
 
 namespace encore {
@@ -221,6 +225,11 @@ std::string role_list(ChatTemplate t) {
   }
   return s;
 }
+
+// The roles a Jinja template may get: OpenAI's and Llama 3's. Checked, they
+// are template text (render_jinja_chat).
+constexpr std::array<std::string_view, 7> kJinjaRoles = {
+    "system", "developer", "user", "assistant", "tool", "ipython", "function"};
 
 // Every role is one of the family's (chat_roles): the role is template text
 // and may spell special tokens ("<|user|>"), so nothing else may get in.
@@ -568,6 +577,59 @@ RenderedChat render_chat_prompt(ChatTemplate t, std::span<const ChatMessage> mes
 std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages,
                         bool add_generation_prompt, const Vocab& vocab) {
   return render_chat_prompt(t, messages, add_generation_prompt, vocab).text;
+}
+
+RenderedChat render_jinja_chat(const jinja::Template& t, std::span<const ChatMessage> messages,
+                               bool add_generation_prompt, const Vocab& vocab,
+                               std::optional<int64_t> now) {
+  nlohmann::ordered_json context;
+  context["messages"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (std::find(kJinjaRoles.begin(), kJinjaRoles.end(), m.role) == kJinjaRoles.end()) {
+      throw InvalidArgument(fmt::format("messages[{}].role", i),
+                            fmt::format("'{}' is not a chat role (one of: {})",
+                                        util::printable(m.role, 40), fmt::join(kJinjaRoles, ", ")));
+    }
+    context["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  }
+  context["add_generation_prompt"] = add_generation_prompt;
+  auto token_text = [&](TokenId id) {
+    return id >= 0 && static_cast<size_t>(id) < vocab.tokens.size() ? vocab.tokens[id]
+                                                                    : std::string();
+  };
+  const std::string bos = token_text(vocab.bos);
+  context["bos_token"] = bos;
+  context["eos_token"] = token_text(vocab.eos);
+  // bos_token, eos_token and the roles (checked above) are template text: a
+  // template may build markers from a role ('<|' + role + '|>').
+  jinja::RenderOptions opt;
+  opt.trusted_paths.push_back("/messages/*/role");
+  opt.now_unix_seconds = now ? *now
+                             : std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+  jinja::Rendered r;
+  try {
+    r = t.render(context, opt);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("messages", e.what());
+  }
+  RenderedChat out;
+  size_t skip = 0;
+  // The BOS the template wrote is the one BOS the tokenizer adds (add_bos),
+  // as for the families: the text never starts with it (file comment).
+  if (vocab.add_bos && !bos.empty() && r.text.compare(0, bos.size(), bos) == 0 &&
+      !r.template_ranges.empty() && r.template_ranges[0].begin == 0 &&
+      r.template_ranges[0].end >= bos.size()) {
+    skip = bos.size();
+  }
+  out.text = r.text.substr(skip);
+  for (const jinja::ByteRange& range : r.template_ranges) {
+    if (range.end <= skip) continue;
+    out.template_ranges.push_back({std::max(range.begin, skip) - skip, range.end - skip});
+  }
+  return out;
 }
 
 }  // namespace encore
