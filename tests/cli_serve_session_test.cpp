@@ -203,13 +203,12 @@ TEST_F(ServeSession, AConversationReplaysWithoutRepeatingSeedsOnOneServerAndAcro
   const std::vector<Turn> twice = conversation(a, a, "twice", 41);
   // Redis takes 300 ms to accept turn 1's writes; its answer waits for them
   // (--async-session-writes would not): when it comes, the session is in
-  // Redis and nothing is left to write, as a replica killed right then needs.
+  // Redis, as a replica killed right then needs. (KV blocks queued after the
+  // record may still be on their way: a lost one is recomputed, so the
+  // write queue is not checked to be empty; under load it was not.)
   const std::vector<Turn> hop = conversation(
       a, b, "hop", 41, [&] { ASSERT_EQ(redis.cli("CLIENT PAUSE 300 WRITE"), "OK\n"); },
-      [&] {
-        EXPECT_EQ(metric(a, "encore_state_write_queue_bytes"), 0);
-        EXPECT_NE(redis.cli("--scan --pattern '*:session/hop'"), "");
-      });
+      [&] { EXPECT_NE(redis.cli("--scan --pattern '*:session/hop'"), ""); });
   ASSERT_EQ(once.size(), 3u);
   EXPECT_EQ(texts(twice), texts(once));
   EXPECT_EQ(texts(hop), texts(once));
