@@ -37,4 +37,5 @@ encore_add_test(test_cli_serve_seed SOURCES cli_serve_seed_test.cpp LIBS PkgConf
 # chat template"): the default, --chat-template-file, --template-now, errors with
 # the template line, `encore template`, the server and the audit log's hash.
 encore_add_test(test_cli_chat_template SOURCES cli_chat_template_test.cpp
-                LIBS encore_engine PkgConfig::HTTPLIB_TEST LABELS cli TIMEOUT 300)
+                LIBS encore_engine PkgConfig::HTTPLIB_TEST LABELS cli TIMEOUT 300
+                DEFINES ENCORE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -131,10 +131,14 @@ RenderedChat render_chat_prompt(ChatTemplate t, std::span<const ChatMessage> mes
 // add_generation_prompt, bos_token and eos_token (the vocabulary's texts);
 // strftime_now reads `now` (seconds since 1970, UTC; nullopt: the system
 // clock). Every message string is content, outside the returned
-// template_ranges, whatever the template does with it; bos_token and
-// eos_token are template text. A BOS text the template writes first is
-// dropped when vocab.add_bos, since the tokenizer adds that one BOS (as for
-// the families). Throws InvalidArgument with field "messages" and the
+// template_ranges, whatever the template does with it; roles (checked to
+// be chat roles), bos_token and eos_token are template text; tools and
+// documents are none, as transformers passes them without tools. As
+// llama.cpp (not transformers, which adds no special tokens to a rendered
+// chat), the prompt gets one BOS when vocab.add_bos whether or not the
+// template writes bos_token: a BOS text the template writes first is dropped
+// here, and the tokenizer adds the one BOS (as for the families). Throws
+// InvalidArgument with field "messages" (a role: "messages[i].role") and the
 // template line ("chat template line 7: raise_exception: Conversation roles
 // must alternate user/assistant/user/assistant/...").
 RenderedChat render_jinja_chat(const jinja::Template& t, std::span<const ChatMessage> messages,

@@ -58,7 +58,9 @@ struct ServerOptions {
   int port = settings::kPort.int_default();  // 0: any free port (see Server::port())
   std::string api_keys_file;                 // "": no authentication, one tenant ("")
   std::string model_name = "encore";         // the id /v1/models reports
-  std::string chat_template;  // family for chat requests when the model has no template
+  // A family (chat_template.h) for every chat request instead of the model's
+  // Jinja template (or --chat-template-file's); "": the template.
+  std::string chat_template;
   // Per request, whatever the framing (413).
   size_t max_body_bytes = static_cast<size_t>(settings::kMaxBodyBytes.def);
   // Request line and headers (431); at most 100 fields.

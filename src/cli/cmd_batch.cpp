@@ -332,6 +332,7 @@ void add_batch_command(CLI::App& app) {
                 "Progress bar on stderr (default: when stderr is a terminal)");
   sub->add_flag("--no-progress", args->progress_off, "No progress bar");
   add_setting_flag(sub, settings::kNormalizeInput, args->normalize_input);
+  exclude_template_flags(sub);
   sub->callback([args] { run_batch(*args); });
 }
 

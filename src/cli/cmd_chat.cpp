@@ -197,6 +197,7 @@ void add_chat_command(CLI::App& app) {
   // a continued session.
   add_setting_flags(sub, args->request, settings::kChat);
   add_engine_flags(sub, args->engine, kComputeFlags | kStateFlags | kChatFlags, settings::kChat);
+  exclude_template_flags(sub);
   sub->callback([args] { run_chat(*args); });
 }
 

@@ -90,13 +90,8 @@ std::string flag_of(const std::string& field) {
   });
   if (!f.empty()) return f;
   static const std::pair<const char*, const char*> kFlags[] = {
-      {"messages", "pass --chat-template NAME"},
-      {"chat_template", "--chat-template"},
-      {"prompt", "-p / -f"},
-      {"stop", "--stop"},
-      {"logit_bias", "--logit-bias"},
-      {"samplers", "--samplers"},
-      {"session", "--session"},
+      {"chat_template", "--chat-template"}, {"prompt", "-p / -f"},      {"stop", "--stop"},
+      {"logit_bias", "--logit-bias"},       {"samplers", "--samplers"}, {"session", "--session"},
   };
   const std::string base = field.substr(0, field.find_first_of("[."));
   for (const auto& [name, flag] : kFlags) {
@@ -119,7 +114,7 @@ Request request_from_flags(const RunArgs& a) {
   const std::string prompt = a.file.empty() ? a.prompt : read_prompt_file(a.file);
   // --chat: the prompt becomes the user message of a single-turn
   // conversation through the chat template.
-  if (a.chat || a.system || !a.chat_template.empty()) {
+  if (a.chat || a.system || !a.chat_template.empty() || !a.engine.chat_template_file.empty()) {
     if (a.system) r.messages.push_back({"system", *a.system});
     r.messages.push_back({"user", prompt});
     r.chat_template = a.chat_template;
@@ -358,10 +353,11 @@ void add_run_command(CLI::App& app) {
          "Chat template family instead of the model's (implies --chat): " + chat_template_names())
       ->type_name("NAME");
   CLI::Option* special = sub->get_option(std::string(settings::long_flag(settings::kParseSpecial)));
-  for (const char* name : {"--chat", "--system", "--chat-template"}) {
+  for (const char* name : {"--chat", "--system", "--chat-template", "--chat-template-file"}) {
     special->excludes(sub->get_option(name));
     request_opts.push_back(sub->get_option(name));
   }
+  exclude_template_flags(sub);
   for (CLI::Option* o : request_opts) resume->excludes(o);
   sub->callback([args] { run_generate(*args); });
 }

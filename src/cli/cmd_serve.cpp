@@ -141,6 +141,7 @@ void add_serve_command(CLI::App& app) {
   add_engine_flags(sub, args->engine,
                    kComputeFlags | kPrefixFlag | kStateFlags | kSeedFlag | kChatFlags,
                    settings::kServe);
+  exclude_template_flags(sub);
   add_audit_flags(sub, args->audit, settings::kServe);
   sub->callback([args] { run_serve(*args); });
 }

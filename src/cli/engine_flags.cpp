@@ -61,6 +61,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::
   }
 }
 
+void exclude_template_flags(CLI::App* sub) {
+  sub->get_option("--chat-template")->excludes(sub->get_option("--chat-template-file"));
+}
+
 int64_t parse_utc_time(const std::string& s, std::string_view flag) {
   const size_t digits_from = !s.empty() && s[0] == '-' ? 1 : 0;
   if (s.size() > digits_from && s.size() < 19 &&

@@ -49,6 +49,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::
 // without --state-dir or --redis the usual directory is used.
 EngineOptions engine_options(const std::string& model, const EngineFlags& f, bool with_session);
 
+// --chat-template NAME and --chat-template-file FILE exclude each other (a
+// named family would leave the file unused). Call after both are added.
+void exclude_template_flags(CLI::App* sub);
+
 // A UTC time as --now / --template-now take it: "2024-07-26T08:30:00Z",
 // "2024-07-26T08:30:00", "2024-07-26" or seconds since 1970. Throws
 // InvalidArgument naming `flag`.

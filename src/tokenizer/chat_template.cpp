@@ -599,8 +599,14 @@ RenderedChat render_jinja_chat(const jinja::Template& t, std::span<const ChatMes
                                                                     : std::string();
   };
   const std::string bos = token_text(vocab.bos);
+  // What transformers' apply_chat_template passes besides: tools and
+  // documents (none: tool calling is not served), the special tokens.
+  context["tools"] = nullptr;
+  context["documents"] = nullptr;
   context["bos_token"] = bos;
   context["eos_token"] = token_text(vocab.eos);
+  if (vocab.unk >= 0) context["unk_token"] = token_text(vocab.unk);
+  if (vocab.pad >= 0) context["pad_token"] = token_text(vocab.pad);
   // bos_token, eos_token and the roles (checked above) are template text: a
   // template may build markers from a role ('<|' + role + '|>').
   jinja::RenderOptions opt;
