@@ -9,7 +9,7 @@
 #   scripts/run.sh -m path.gguf -p "Once upon a time" -n 64 --temp 0   (any `encore run` flags)
 # Without -p/-f the prompt is "Once upon a time" (and -n 128 unless -n is given). Paths are
 # relative to the repo root. DRY_RUN=1 prints the `encore run` command line (one argument a
-# line) instead of setting up, building and running it (tests/demo.cmake checks it).
+# line) instead of setting up, building and running it (tests/cli_demo_test.cpp checks it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
