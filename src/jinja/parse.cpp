@@ -107,12 +107,13 @@ class Lexer {
     if (!data.empty()) out_.push_back({Tok::Data, std::move(data), line_at(at)});
   }
 
-  // After a block or comment end: `-` strips all whitespace, else
-  // trim_blocks drops one newline.
-  void after_block_end(bool strip) {
-    if (strip) {
+  // After a block or comment end: `-` strips all whitespace, `+` keeps it,
+  // else trim_blocks drops one newline.
+  enum class End { Plain, Strip, Keep };
+  void after_block_end(End how) {
+    if (how == End::Strip) {
       while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
-    } else if (pos_ < src_.size() && src_[pos_] == '\n') {
+    } else if (how == End::Plain && pos_ < src_.size() && src_[pos_] == '\n') {
       ++pos_;
     }
   }
@@ -120,9 +121,9 @@ class Lexer {
   void comment() {
     const size_t end = src_.find("#}", pos_);
     if (end == std::string::npos) fail_at(line_at(pos_), "unclosed comment: missing '#}'");
-    const bool strip = end > pos_ && src_[end - 1] == '-';
+    const char mod = end > pos_ ? src_[end - 1] : '\0';
     pos_ = end + 2;
-    after_block_end(strip);
+    after_block_end(mod == '-' ? End::Strip : mod == '+' ? End::Keep : End::Plain);
   }
 
   // {% raw %}...{% endraw %}: the text between is data.
@@ -139,7 +140,9 @@ class Lexer {
     }
     if (src_.compare(p, 2, "%}") != 0) return false;
     pos_ = p + 2;
-    after_block_end(strip);
+    // jinja2's raw_begin takes `-%}` but not trim_blocks: a newline after
+    // `{% raw %}` is the block's first character.
+    if (strip) after_block_end(End::Strip);
     const int line = line_at(pos_);
     for (size_t q = src_.find("{%", pos_); q != std::string::npos; q = src_.find("{%", q + 2)) {
       size_t r = q + 2;
@@ -149,9 +152,9 @@ class Lexer {
       if (src_.compare(r, 6, "endraw") != 0) continue;
       r += 6;
       while (r < src_.size() && is_space(src_[r])) ++r;
-      bool rstrip = false;
-      if (r < src_.size() && src_[r] == '-') {
-        rstrip = true;
+      End how = End::Plain;
+      if (r < src_.size() && (src_[r] == '-' || src_[r] == '+')) {
+        how = src_[r] == '-' ? End::Strip : End::Keep;
         ++r;
       }
       if (src_.compare(r, 2, "%}") != 0) continue;
@@ -161,7 +164,7 @@ class Lexer {
       }
       if (!data.empty()) out_.push_back({Tok::Data, std::move(data), line});
       pos_ = r + 2;
-      after_block_end(rstrip);
+      after_block_end(how);
       return true;
     }
     fail_at(line, "unclosed {% raw %}: missing {% endraw %}");
@@ -184,14 +187,20 @@ class Lexer {
         if (var) {
           while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
         } else {
-          after_block_end(true);
+          after_block_end(End::Strip);
         }
+        return;
+      }
+      // `+%}`: this block end keeps the newline after it (no trim_blocks).
+      if (!var && balance == 0 && c == '+' && src_.compare(pos_ + 1, 2, "%}") == 0) {
+        pos_ += 3;
+        out_.push_back({Tok::BlockEnd, "", line});
         return;
       }
       if (balance == 0 && c == close && pos_ + 1 < src_.size() && src_[pos_ + 1] == '}') {
         pos_ += 2;
         out_.push_back({var ? Tok::VarEnd : Tok::BlockEnd, "", line});
-        if (!var) after_block_end(false);
+        if (!var) after_block_end(End::Plain);
         return;
       }
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
@@ -406,6 +415,21 @@ class Parser {
     ~Depth() { --p_.depth_; }
     Parser& p_;
   };
+  // A left-associative chain (a + b + c, x|f|g, x.a[0](), t if c if d)
+  // builds its tree in a loop, one level per link, and rendering and freeing
+  // it recurse through every level: each link counts as one level of nesting
+  // until the chain's function returns, so no tree grows deeper than
+  // kMaxParseDepth whatever the template's size.
+  struct Chain {
+    explicit Chain(Parser& p) : p_(p) {}
+    void link() {
+      ++links_;
+      if (++p_.depth_ > kMaxParseDepth) fail_at(p_.line(), "template nested too deeply");
+    }
+    ~Chain() { p_.depth_ -= links_; }
+    Parser& p_;
+    int links_ = 0;
+  };
 
   // Statements until a block tag named in `ends` (left unconsumed after its
   // name: *end_name says which) or the end of the template (only when `ends`
@@ -417,7 +441,12 @@ class Parser {
       const Token& t = cur();
       if (t.type == Tok::End) {
         if (!ends.empty()) {
-          fail_at(t.line, fmt::format("unexpected end of template: missing {{% {} %}}", ends[0]));
+          // Name the closing tag ({% endif %}), not an alternative ({% elif %}).
+          std::string_view want = ends[0];
+          for (std::string_view e : ends) {
+            if (e.rfind("end", 0) == 0) want = e;
+          }
+          fail_at(t.line, fmt::format("unexpected end of template: missing {{% {} %}}", want));
         }
         return body;
       }
@@ -641,7 +670,9 @@ class Parser {
     Depth depth(*this);
     if (!with_condexpr) return parse_or();
     ExprPtr e = parse_or();
+    Chain chain(*this);
     while (is_name("if")) {
+      chain.link();
       const int ln = line();
       ++i_;
       auto c = make(ExprKind::Cond, ln);
@@ -669,7 +700,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr e = parse_and();
+    Chain chain(*this);
     while (is_name("or")) {
+      chain.link();
       const int ln = line();
       ++i_;
       e = binary("or", std::move(e), parse_and(), ln);
@@ -678,7 +711,9 @@ class Parser {
   }
   ExprPtr parse_and() {
     ExprPtr e = parse_not();
+    Chain chain(*this);
     while (is_name("and")) {
+      chain.link();
       const int ln = line();
       ++i_;
       e = binary("and", std::move(e), parse_not(), ln);
@@ -728,7 +763,9 @@ class Parser {
   }
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();
+    Chain chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.link();
       const int ln = line();
       std::string op = next().text;
       e = binary(op, std::move(e), parse_concat(), ln);
@@ -749,7 +786,9 @@ class Parser {
   }
   ExprPtr parse_math2() {
     ExprPtr e = parse_pow();
+    Chain chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.link();
       const int ln = line();
       std::string op = next().text;
       e = binary(op, std::move(e), parse_pow(), ln);
@@ -758,7 +797,9 @@ class Parser {
   }
   ExprPtr parse_pow() {
     ExprPtr e = parse_unary(true);
+    Chain chain(*this);
     while (is_op("**")) {
+      chain.link();
       const int ln = line();
       ++i_;
       e = binary("**", std::move(e), parse_unary(true), ln);
@@ -811,7 +852,9 @@ class Parser {
         try {
           e->literal = Value::integer(std::stoll(text));
         } catch (const std::exception&) {
-          fail_at(ln, fmt::format("integer literal {} is out of range", text));
+          fail_at(ln, fmt::format("integer literal {} is out of range: integers beyond 64 bits "
+                                  "are not supported",
+                                  text));
         }
       } else {
         e->literal = Value::number(std::strtod(text.c_str(), nullptr));
@@ -857,8 +900,10 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
+    Chain chain(*this);
     for (;;) {
       const int ln = line();
+      if (is_op(".") || is_op("[") || is_op("(")) chain.link();
       if (is_op(".")) {
         ++i_;
         auto a = make(ExprKind::Attr, ln);
@@ -950,7 +995,9 @@ class Parser {
 
   ExprPtr parse_filters(ExprPtr e, bool first_without_pipe = false) {
     bool first = first_without_pipe;
+    Chain chain(*this);
     while (first || is_op("|")) {
+      chain.link();
       if (!first) ++i_;
       first = false;
       const int ln = line();
@@ -967,7 +1014,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
+    Chain chain(*this);
     for (;;) {
+      if (is_op("|") || is_name("is") || is_op("(")) chain.link();
       if (is_op("|")) {
         e = parse_filters(std::move(e));
       } else if (is_name("is")) {
