@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <ctime>
 
@@ -15,14 +16,20 @@ namespace encore::jinja {
 
 namespace {
 
-constexpr size_t kMaxRange = 1'000'000;
-
 const char* const kFilters[] = {
     "abs",     "attr",    "capitalize", "count",  "d",      "default",    "dictsort", "e",
     "escape",  "first",   "float",      "indent", "int",    "items",      "join",     "last",
     "length",  "list",    "lower",      "map",    "max",    "min",        "reject",   "rejectattr",
     "replace", "reverse", "round",      "safe",   "select", "selectattr", "sort",     "string",
     "sum",     "title",   "tojson",     "trim",   "unique", "upper",      "wordcount"};
+
+// Jinja2's other built-in filters. A template may name them (jinja2 knows
+// them when it compiles), but running one is refused: none of the real chat
+// templates uses them, and random (nondeterministic), pprint or urlize have
+// no place in a prompt.
+const char* const kUnsupportedFilters[] = {
+    "batch", "center",    "filesizeformat", "forceescape", "format", "groupby",  "pprint", "random",
+    "slice", "striptags", "truncate",       "urlencode",   "urlize", "wordwrap", "xmlattr"};
 
 const char* const kTests[] = {
     "boolean", "callable", "defined",  "divisibleby", "eq",       "equalto", "escaped",
@@ -112,28 +119,70 @@ Str html_escape(const Str& s) {
   return s.derived(std::move(out));
 }
 
-Value to_int(const Value& v, const Value& def) {
+// Python's float(t) of a stripped string: strtod also reads hex ("0x1A")
+// and "nan(...)", which Python refuses.
+bool py_float(const std::string& t, double* out) {
+  if (t.empty() || t.find_first_of("xXpP()") != std::string::npos) return false;
+  try {
+    size_t used = 0;
+    const double d = std::stod(t, &used);
+    if (used != t.size()) return false;
+    *out = d;
+    return true;
+  } catch (const std::exception&) {
+    return false;  // not a number; out of range (1e999 is inf in Python: rare enough)
+  }
+}
+
+// A float's integer part; Python's int() would go past 64 bits, which a
+// chat template's integers do not.
+Value float_to_int(double d) {
+  if (std::fabs(d) >= 9223372036854775808.0) {
+    fail("integer overflow: integers beyond 64 bits are not supported");
+  }
+  return Value::integer(static_cast<int64_t>(d));
+}
+
+// jinja2's int filter: int(value, base) for a string, else int(value); then
+// int(float(value)); else the default.
+Value to_int(const Value& v, const Value& def, int base) {
   switch (v.kind) {
     case Kind::Int:
       return v;
     case Kind::Bool:
       return Value::integer(v.b);
     case Kind::Float:
-      if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return def;
-      return Value::integer(static_cast<int64_t>(v.f));
+      if (std::isnan(v.f)) return def;
+      if (std::isinf(v.f)) fail("cannot convert float infinity to integer");
+      return float_to_int(v.f);
     case Kind::Str: {
       std::string t = py_strip(v.s, nullptr, true, true).text;
       t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
-      try {
-        size_t used = 0;
-        const long long i = std::stoll(t, &used, 10);
-        if (used == t.size()) return Value::integer(i);
-        const double d = std::stod(t, &used);
-        if (used == t.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) {
-          return Value::integer(static_cast<int64_t>(d));
+      // Python takes a 0x / 0o / 0b prefix that matches the base (base 0:
+      // any, else decimal); strtoll knows only 0x.
+      std::string digits = t;
+      const size_t sign = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;
+      if (t.size() > sign + 2 && t[sign] == '0') {
+        const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(t[sign + 1])));
+        const int prefixed = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+        if (prefixed && (base == 0 || base == prefixed)) {
+          digits = t.substr(0, sign) + t.substr(sign + 2);
+          base = prefixed;
         }
-      } catch (const std::exception&) {
       }
+      if (base == 0) base = 10;
+      if (!digits.empty() && !std::isspace(static_cast<unsigned char>(digits[sign])) && base >= 2 &&
+          base <= 36) {
+        errno = 0;
+        char* end = nullptr;
+        const long long i = std::strtoll(digits.c_str(), &end, base);
+        if (end == digits.c_str() + digits.size() && end != digits.c_str() + sign) {
+          if (errno == ERANGE) fail("integer overflow: integers beyond 64 bits are not supported");
+          return Value::integer(i);
+        }
+      }
+      double d = 0;
+      if (py_float(t, &d) && std::isfinite(d)) return float_to_int(d);
       return def;
     }
     default:
@@ -214,7 +263,9 @@ Value min_max(const Value& v, Args& a, bool want_max) {
 
 namespace detail {
 bool known_filter(std::string_view name) {
-  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
+  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters) ||
+         std::find(std::begin(kUnsupportedFilters), std::end(kUnsupportedFilters), name) !=
+             std::end(kUnsupportedFilters);
 }
 bool known_test(std::string_view name) {
   return std::find(std::begin(kTests), std::end(kTests), name) != std::end(kTests);
@@ -223,6 +274,10 @@ bool known_test(std::string_view name) {
 
 Value apply_filter(std::string_view name, const Value& v, Args& a) {
   const std::string n(name);
+  if (std::find(std::begin(kUnsupportedFilters), std::end(kUnsupportedFilters), n) !=
+      std::end(kUnsupportedFilters)) {
+    fail(fmt::format("the filter '{}' is not supported in chat templates", n));
+  }
   if (n == "tojson") return tojson(v, a);
   if (n == "indent") return indent(v, a);
   if (n == "default" || n == "d") {
@@ -399,8 +454,10 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
   if (n == "selectattr" || n == "rejectattr") return select(v, a, true, n == "selectattr");
   if (n == "int") {
     const Value def = arg_or(a, 0, "default", Value::integer(0));
+    const Value base = arg_or(a, 1, "base", Value::integer(10));
     a.done(n, 2);
-    return to_int(v, def);
+    return to_int(
+        v, def, base.kind == Kind::Int ? static_cast<int>(std::clamp<int64_t>(base.i, 0, 37)) : 10);
   }
   if (n == "float") {
     const Value def = arg_or(a, 0, "default", Value::number(0.0));
@@ -408,13 +465,10 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (v.kind == Kind::Float) return v;
     if (v.is_number()) return Value::number(static_cast<double>(v.kind == Kind::Bool ? v.b : v.i));
     if (v.is_string()) {
-      try {
-        size_t used = 0;
-        const std::string t = py_strip(v.s, nullptr, true, true).text;
-        const double d = std::stod(t, &used);
-        if (used == t.size()) return Value::number(d);
-      } catch (const std::exception&) {
-      }
+      std::string t = py_strip(v.s, nullptr, true, true).text;
+      t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
+      double d = 0;
+      if (py_float(t, &d)) return Value::number(d);
     }
     return def;
   }
@@ -423,7 +477,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (v.kind == Kind::Float) return Value::number(std::fabs(v.f));
     if (v.is_number()) {
       const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
-      if (i == INT64_MIN) fail("integer overflow");
+      if (i == INT64_MIN) fail("integer overflow: integers beyond 64 bits are not supported");
       return Value::integer(i < 0 ? -i : i);
     }
     fail(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
@@ -435,8 +489,23 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (!v.is_number()) fail("round needs a number");
     const double x =
         v.kind == Kind::Float ? v.f : static_cast<double>(v.kind == Kind::Bool ? v.b : v.i);
-    const double m = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(prec.i, -30, 30)));
+    const int digits = static_cast<int>(std::clamp<int64_t>(prec.i, -30, 30));
     const std::string how = method.is_string() ? method.s.text : "common";
+    if (how != "common" && how != "ceil" && how != "floor") {
+      fail("method must be 'common', 'ceil' or 'floor'");
+    }
+    if (how == "common") {
+      // Python's round(x, n): an int stays an int (n >= 0), a float is
+      // rounded on its exact binary value, ties to even: printf's %.nf is
+      // exactly that, and reading it back gives the nearest double as
+      // Python's does.
+      if (v.kind != Kind::Float && digits >= 0)
+        return Value::integer(v.kind == Kind::Bool ? v.b : v.i);
+      if (digits >= 0 && std::isfinite(x)) {
+        return Value::number(std::strtod(fmt::format("{:.{}f}", x, digits).c_str(), nullptr));
+      }
+    }
+    const double m = std::pow(10.0, static_cast<double>(digits));
     const double r = how == "ceil"    ? std::ceil(x * m)
                      : how == "floor" ? std::floor(x * m)
                                       : std::nearbyint(x * m);
@@ -458,7 +527,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
       } else {
         int64_t out;
         if (__builtin_add_overflow(total.i, y.kind == Kind::Bool ? int64_t{y.b} : y.i, &out)) {
-          fail("integer overflow");
+          fail("integer overflow: integers beyond 64 bits are not supported");
         }
         total = Value::integer(out);
       }
@@ -646,11 +715,8 @@ std::string strftime_utc(std::string_view fmt_s, int64_t unix_seconds) {
       case 'u':
         out += std::to_string(tm.tm_wday == 0 ? 7 : tm.tm_wday);
         break;
-      case 'Z':
-        out += "UTC";
-        break;
+      case 'Z':  // transformers' datetime.now() is naive: no zone name, no offset
       case 'z':
-        out += "+0000";
         break;
       case 'F':
         out += fmt::format("{}-{:02d}-{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
@@ -680,7 +746,19 @@ Dict make_globals(int64_t now_unix_seconds) {
           return Value::of_namespace(std::move(d));
         }));
   g.set(Str("dict"), Value::function("dict", [](Args& a) {
+          // dict(mapping or pairs, **kwargs), as Python's dict().
+          if (a.pos.size() > 1) fail("dict expected at most 1 argument");
           Dict d;
+          if (!a.pos.empty() && a.pos[0].is_mapping()) {
+            d = *a.pos[0].dict;
+          } else if (!a.pos.empty()) {
+            for (const Value& pair : iterate(a.pos[0])) {
+              if (!pair.is_list() || pair.list->items.size() != 2) {
+                fail("dictionary update sequence element has the wrong length; 2 is required");
+              }
+              d.set(pair.list->items[0], pair.list->items[1]);
+            }
+          }
           for (auto& [k, v] : a.kw) d.set(Str(k), std::move(v));
           return Value::of_dict(std::move(d));
         }));
@@ -695,12 +773,23 @@ Dict make_globals(int64_t now_unix_seconds) {
           const int64_t start = p.size() > 1 ? p[0] : 0, stop = p.size() > 1 ? p[1] : p[0];
           const int64_t step = p.size() > 2 ? p[2] : 1;
           if (step == 0) fail("range() arg 3 must not be zero");
-          std::vector<Value> out;
-          for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-            if (out.size() >= kMaxRange) fail("range() too large for a chat template");
-            out.push_back(Value::integer(k));
+          // The count first, in 128 bits: stepping k itself past INT64_MAX
+          // would overflow (range(0, 2**62 * 2 - 1, 2**62)).
+          using Wide = __int128;
+          const Wide span = step > 0 ? Wide{stop} - start : Wide{start} - stop;
+          const Wide stride = step > 0 ? Wide{step} : -Wide{step};
+          const Wide count = span > 0 ? (span - 1) / stride + 1 : 0;
+          if (count > static_cast<Wide>(kMaxListItems)) {
+            fail(fmt::format("range() of more than {} numbers", kMaxListItems));
           }
-          return Value::of_list(std::move(out));
+          std::vector<Value> out;
+          out.reserve(static_cast<size_t>(count));
+          for (Wide k = 0; k < count; ++k) {
+            out.push_back(Value::integer(static_cast<int64_t>(start + k * step)));
+          }
+          return Value::of_view(std::move(out),
+                                p.size() > 2 ? fmt::format("range({}, {}, {})", start, stop, step)
+                                             : fmt::format("range({}, {})", start, stop));
         }));
   g.set(Str("raise_exception"), Value::function("raise_exception", [](Args& a) -> Value {
           fail(std::string(kRaisePrefix) + (a.pos.empty() ? "" : to_str(a.pos[0]).text));

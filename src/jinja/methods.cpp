@@ -56,19 +56,19 @@ Value split(const Str& s, const std::optional<Value>& sep_v, int64_t maxsplit, b
       while (k < n && !space_at(k)) ++k;
       words.emplace_back(offs[b], offs[k]);
     }
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
-      // The last (or, reversed, first) part keeps the rest, trimmed only on its outer side.
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit) {
+      // The last (or, reversed, first) part is the rest of the string as it
+      // stands: from its first word to the end, whitespace and all
+      // ('  x y  '.split(None, 1) is ['x', 'y  ']).
       if (!reverse) {
         const size_t from = words[static_cast<size_t>(maxsplit)].first;
-        size_t to = t.size();
-        while (to > from && is_space_byte(t[to - 1])) --to;
+        const size_t to = t.size();
         words.resize(static_cast<size_t>(maxsplit));
         words.emplace_back(from, to);
       } else {
         const size_t cut = words.size() - static_cast<size_t>(maxsplit);
         const size_t to = words[cut - 1].second;
-        size_t from = 0;
-        while (from < to && is_space_byte(t[from])) ++from;
+        const size_t from = 0;
         std::vector<std::pair<size_t, size_t>> kept{{from, to}};
         kept.insert(kept.end(), words.begin() + static_cast<long>(cut), words.end());
         words = std::move(kept);
@@ -185,10 +185,14 @@ Value str_method(const Value& self, const std::string& name, Args& a) {
     return Value::of_list(std::move(lines));
   }
   if (name == "startswith" || name == "endswith") {
-    const auto x = arg(0, "prefix");
-    a.done(name, 1);
+    const auto x = arg(0, "prefix"), start = arg(1, "start"), end = arg(2, "end");
+    a.done(name, 3);
     if (!x) fail(fmt::format("{}() takes at least 1 argument", name));
-    return Value::boolean(affix(s, *x, name == "startswith"));
+    if (!start && !end) return Value::boolean(affix(s, *x, name == "startswith"));
+    // s[start:end] (code points, Python's slice rules), then the test.
+    const Value part = slice(Value::string(s), start ? *start : Value::none(),
+                             end ? *end : Value::none(), Value::none());
+    return Value::boolean(affix(part.s, *x, name == "startswith"));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
       name == "casefold" || name == "swapcase") {
@@ -308,7 +312,7 @@ Value dict_method(const Value& self, const std::string& name, Args& a) {
     }
   }
   if (name == "copy") return self;
-  return Value::of_list(std::move(out));
+  return Value::of_view(std::move(out), "dict_" + name);
 }
 
 }  // namespace
@@ -337,6 +341,9 @@ Value get_attr(const Value& obj, std::string_view name) {
       break;
     case Kind::Namespace:
       if (const Value* v = obj.dict->find(n)) return *v;
+      break;
+    case Kind::Func:
+      if (obj.func->macro && n == "name") return Value::string(obj.func->name);
       break;
     default:
       break;

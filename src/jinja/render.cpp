@@ -44,24 +44,30 @@ class Renderer {
  private:
   void step() {
     if (++steps_ > opt_.limits.max_steps) {
-      fail(fmt::format("the render took more than {} steps", opt_.limits.max_steps));
+      fail(fmt::format("the render took more than {} steps (max_steps)", opt_.limits.max_steps));
     }
   }
 
   struct Nest {
     explicit Nest(Renderer& r) : r_(r) {
       if (++r_.depth_ > r_.opt_.limits.max_call_depth) {
-        fail(fmt::format("calls nested deeper than {}", r_.opt_.limits.max_call_depth));
+        fail(fmt::format("calls and statements nested deeper than {} (max_call_depth)",
+                         r_.opt_.limits.max_call_depth));
       }
     }
     ~Nest() { --r_.depth_; }
     Renderer& r_;
   };
 
+  // A string (or the output) would outgrow the output limit: no text over it
+  // is ever needed, so none is built.
+  [[noreturn]] void too_long() const {
+    fail(fmt::format("the text would be over {} bytes (max_output_bytes)",
+                     opt_.limits.max_output_bytes));
+  }
+
   void emit(const Str& s) {
-    if (out_->text.size() + s.text.size() > opt_.limits.max_output_bytes) {
-      fail(fmt::format("the output is over {} bytes", opt_.limits.max_output_bytes));
-    }
+    if (out_->text.size() + s.text.size() > opt_.limits.max_output_bytes) too_long();
     out_->append(s);
   }
 
@@ -201,10 +207,9 @@ class Renderer {
       }
       items = std::move(kept);
     }
-    const Value* outer_loop = scope.find("loop");
-    const int64_t depth =
-        outer_loop && outer_loop->is_mapping() ? get_attr(*outer_loop, "depth").i + 1 : 1;
     const auto n = static_cast<int64_t>(items.size());
+    // loop.changed(*values)'s memory, shared by the iterations of this loop.
+    auto last_changed = std::make_shared<std::optional<Value>>();
     for (int64_t k = 0; k < n; ++k) {
       step();
       Scope inner;
@@ -217,13 +222,20 @@ class Renderer {
       loop.set(Str("first"), Value::boolean(k == 0));
       loop.set(Str("last"), Value::boolean(k == n - 1));
       loop.set(Str("length"), Value::integer(n));
-      loop.set(Str("depth"), Value::integer(depth));
-      loop.set(Str("depth0"), Value::integer(depth - 1));
+      // Only a recursive loop (refused) goes deeper: a nested loop is depth 1 too.
+      loop.set(Str("depth"), Value::integer(1));
+      loop.set(Str("depth0"), Value::integer(0));
       if (k > 0) loop.set(Str("previtem"), items[static_cast<size_t>(k - 1)]);
       if (k + 1 < n) loop.set(Str("nextitem"), items[static_cast<size_t>(k + 1)]);
       loop.set(Str("cycle"), Value::function("loop.cycle", [k](Args& a) {
                  if (a.pos.empty()) fail("no items for cycling given");
                  return a.pos[static_cast<size_t>(k) % a.pos.size()];
+               }));
+      loop.set(Str("changed"), Value::function("loop.changed", [last_changed](Args& a) {
+                 Value now = Value::of_list(a.pos, true);
+                 if (*last_changed && equals(**last_changed, now)) return Value::boolean(false);
+                 *last_changed = std::move(now);
+                 return Value::boolean(true);
                }));
       inner.vars["loop"] = Value::of_namespace(std::move(loop));
       assign(inner, s.targets, items[static_cast<size_t>(k)]);
@@ -238,37 +250,40 @@ class Renderer {
   Value make_macro(const Stmt& s, Scope* parent, uint64_t caller_id = 0) {
     Scope* base = parent ? parent : root_;
     const std::string name = s.kind == StmtKind::Macro ? s.name : "caller";
-    return Value::function(name, [this, &s, base, caller_id](Args& a) -> Value {
-      if (caller_id &&
-          std::find(live_callers_.begin(), live_callers_.end(), caller_id) == live_callers_.end()) {
-        fail("caller() called after its {% call %} block ended");
-      }
-      Nest nest(*this);
-      Scope local;
-      local.parent = base;
-      size_t k = 0;
-      for (const auto& [pname, def] : s.params) {
-        std::optional<Value> v = a.take(k++, pname);
-        if (v) {
-          local.vars[pname] = std::move(*v);
-        } else if (def) {
-          local.vars[pname] = eval(*def, local);
-        } else {
-          local.vars[pname] = Value::undefined(pname);
-        }
-      }
-      std::vector<Value> extra;
-      for (size_t p = s.params.size(); p < a.pos.size(); ++p) extra.push_back(a.pos[p]);
-      local.vars["varargs"] = Value::of_list(std::move(extra), true);
-      Dict kw;
-      for (auto& [kname, v] : a.kw) kw.set(Str(kname), std::move(v));
-      local.vars["kwargs"] = Value::of_dict(std::move(kw));
-      if (a.caller) local.vars["caller"] = *a.caller;
-      const int saved_line = line_;
-      Str out = capture(s.body, local);
-      line_ = saved_line;
-      return Value::string(std::move(out));
-    });
+    return Value::function(
+        name,
+        [this, &s, base, caller_id](Args& a) -> Value {
+          if (caller_id && std::find(live_callers_.begin(), live_callers_.end(), caller_id) ==
+                               live_callers_.end()) {
+            fail("caller() called after its {% call %} block ended");
+          }
+          Nest nest(*this);
+          Scope local;
+          local.parent = base;
+          size_t k = 0;
+          for (const auto& [pname, def] : s.params) {
+            std::optional<Value> v = a.take(k++, pname);
+            if (v) {
+              local.vars[pname] = std::move(*v);
+            } else if (def) {
+              local.vars[pname] = eval(*def, local);
+            } else {
+              local.vars[pname] = Value::undefined(pname);
+            }
+          }
+          std::vector<Value> extra;
+          for (size_t p = s.params.size(); p < a.pos.size(); ++p) extra.push_back(a.pos[p]);
+          local.vars["varargs"] = Value::of_list(std::move(extra), true);
+          Dict kw;
+          for (auto& [kname, v] : a.kw) kw.set(Str(kname), std::move(v));
+          local.vars["kwargs"] = Value::of_dict(std::move(kw));
+          if (a.caller) local.vars["caller"] = *a.caller;
+          const int saved_line = line_;
+          Str out = capture(s.body, local);
+          line_ = saved_line;
+          return Value::string(std::move(out));
+        },
+        /*macro=*/true);
   }
 
   Value filter_chain(const Expr& e, Value input, Scope& scope) {
@@ -296,6 +311,10 @@ class Renderer {
   }
 
   [[noreturn]] static void undefined_op(const Value& v) { fail(undefined_message(v)); }
+  // Python's ints have no bound; a chat template's have 64 bits.
+  [[noreturn]] static void int_overflow() {
+    fail("integer overflow: integers beyond 64 bits are not supported");
+  }
 
   Value binary(const std::string& op, const Value& l, const Value& r) {
     if (l.is_undefined()) undefined_op(l);
@@ -308,7 +327,7 @@ class Renderer {
         l.is_number() && r.is_number() && l.kind != Kind::Float && r.kind != Kind::Float;
     const bool nums = l.is_number() && r.is_number();
     auto overflow = [&](bool bad) {
-      if (bad) fail("integer overflow");
+      if (bad) int_overflow();
     };
     if (op == "+") {
       if (ints) {
@@ -318,9 +337,7 @@ class Renderer {
       }
       if (nums) return Value::number(dbl_of(l) + dbl_of(r));
       if (l.is_string() && r.is_string()) {
-        if (l.s.text.size() + r.s.text.size() > opt_.limits.max_output_bytes) {
-          fail("string too long");
-        }
+        if (l.s.text.size() + r.s.text.size() > opt_.limits.max_output_bytes) too_long();
         // Markup + str escapes the plain side (markupsafe), and stays Markup.
         const bool markup = l.is_markup() || r.is_markup();
         Str s = markup && !l.is_markup() ? apply_filter("escape", l, no_args_).s : l.s;
@@ -330,6 +347,9 @@ class Renderer {
         return out;
       }
       if (l.is_list() && r.is_list()) {
+        if (l.list->items.size() + r.list->items.size() > kMaxListItems) {
+          fail(fmt::format("a list of more than {} items", kMaxListItems));
+        }
         std::vector<Value> items = l.list->items;
         items.insert(items.end(), r.list->items.begin(), r.list->items.end());
         return Value::of_list(std::move(items), l.list->tuple);
@@ -355,7 +375,12 @@ class Renderer {
         const int64_t n = std::max<int64_t>(0, int_of(*times));
         const auto unit =
             static_cast<uint64_t>(seq->is_string() ? seq->s.text.size() : seq->list->items.size());
-        if (unit * static_cast<uint64_t>(n) > opt_.limits.max_output_bytes) fail("result too long");
+        // unit * n, without its overflow: 'abcd' * 2 ** 62 wraps to 0.
+        const uint64_t limit = seq->is_string() ? opt_.limits.max_output_bytes : kMaxListItems;
+        if (n > 0 && unit > limit / static_cast<uint64_t>(n)) {
+          if (seq->is_string()) too_long();
+          fail(fmt::format("a list of more than {} items", kMaxListItems));
+        }
         if (seq->is_string()) {
           Str s;
           for (int64_t k = 0; k < n; ++k) s.append(seq->s);
@@ -376,7 +401,7 @@ class Renderer {
       if (ints) {
         const int64_t a = int_of(l), b = int_of(r);
         if (b == 0) fail("integer division or modulo by zero");
-        if (a == INT64_MIN && b == -1) fail("integer overflow");
+        if (a == INT64_MIN && b == -1) int_overflow();
         int64_t q = a / b, m = a % b;
         if (m != 0 && ((m < 0) != (b < 0))) {
           q -= 1;
@@ -513,7 +538,7 @@ class Renderer {
         if (v.kind == Kind::Float) return Value::number(e.name == "-" ? -v.f : v.f);
         if (v.is_number()) {
           const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
-          if (e.name == "-" && i == INT64_MIN) fail("integer overflow");
+          if (e.name == "-" && i == INT64_MIN) int_overflow();
           return Value::integer(e.name == "-" ? -i : i);
         }
         fail(fmt::format("bad operand type for unary {}: '{}'", e.name, type_name(v)));
@@ -540,7 +565,7 @@ class Renderer {
         Str s;
         for (const auto& x : e.items) {
           s.append(to_str(eval(*x, scope)));
-          if (s.text.size() > opt_.limits.max_output_bytes) fail("string too long");
+          if (s.text.size() > opt_.limits.max_output_bytes) too_long();
         }
         return Value::string(std::move(s));
       }

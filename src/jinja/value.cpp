@@ -156,7 +156,9 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int level
       json_string(out, v.s.text, f.ensure_ascii);
       return;
     case Kind::List: {
-      if (v.list->iter) fail("Object of type generator is not JSON serializable");
+      if (v.list->iter || !v.list->view.empty()) {
+        fail(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
+      }
       if (v.list->items.empty()) {
         out += "[]";
         return;
@@ -354,6 +356,12 @@ Value Value::of_iter(std::vector<Value> items) {
   v.list = std::make_shared<const List>(List{std::move(items), false, true});
   return v;
 }
+Value Value::of_view(std::vector<Value> items, std::string view) {
+  Value v;
+  v.kind = Kind::List;
+  v.list = std::make_shared<const List>(List{std::move(items), false, false, std::move(view)});
+  return v;
+}
 Value Value::of_dict(Dict d) {
   Value v;
   v.kind = Kind::Dict;
@@ -365,10 +373,10 @@ Value Value::of_namespace(Dict d) {
   v.kind = Kind::Namespace;
   return v;
 }
-Value Value::function(std::string name, Builtin call) {
+Value Value::function(std::string name, Builtin call, bool macro) {
   Value v;
   v.kind = Kind::Func;
-  v.func = std::make_shared<const Func>(Func{std::move(name), std::move(call)});
+  v.func = std::make_shared<const Func>(Func{std::move(name), std::move(call), macro});
   return v;
 }
 
@@ -409,6 +417,8 @@ std::string_view type_name(const Value& v) {
     case Kind::Str:
       return "str";
     case Kind::List:
+      if (v.list->view.rfind("range(", 0) == 0) return "range";
+      if (!v.list->view.empty()) return v.list->view;
       return v.list->iter ? "generator" : v.list->tuple ? "tuple" : "list";
     case Kind::Dict:
       return "dict";
@@ -464,7 +474,8 @@ bool equals(const Value& a, const Value& b) {
       return a.s.text == b.s.text;
     case Kind::List: {
       if (a.list->iter || b.list->iter) return a.list == b.list;
-      if (a.list->tuple != b.list->tuple || a.list->items.size() != b.list->items.size()) {
+      if (a.list->tuple != b.list->tuple || a.list->view != b.list->view ||
+          a.list->items.size() != b.list->items.size()) {
         return false;
       }
       for (size_t k = 0; k < a.list->items.size(); ++k) {
@@ -576,14 +587,17 @@ std::string repr(const Value& v) {
     case Kind::List: {
       if (v.list->iter)
         fail("printing a generator (the result of map, select ...) is not supported: add | list");
+      if (v.list->view.rfind("range(", 0) == 0) return v.list->view;
       const auto& items = v.list->items;
-      std::string out(1, v.list->tuple ? '(' : '[');
+      std::string out = v.list->view.empty() ? "" : v.list->view + "(";
+      out += v.list->tuple ? '(' : '[';
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) out += ", ";
         out += repr(items[k]);
       }
       if (v.list->tuple && items.size() == 1) out += ',';
       out += v.list->tuple ? ')' : ']';
+      if (!v.list->view.empty()) out += ')';
       return out;
     }
     case Kind::Dict:

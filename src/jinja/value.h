@@ -5,9 +5,10 @@
 // Strings carry content marks (Str::content): the byte ranges that came from
 // the render context rather than from the template's own text (jinja.h,
 // "Special tokens"). Operations that keep bytes (concatenation, slicing,
-// strip, split) keep their marks; operations that rewrite text (replace,
-// upper, tojson ...) mark the whole result as content when any input byte was
-// content, so content never turns into template text.
+// strip, split, join, replace) keep their marks, and what the template adds
+// (a separator, a replacement) stays template text; operations that rewrite
+// text (upper, title, tojson ...) mark the whole result as content when any
+// input byte was content, so content never turns into template text.
 //
 // Ownership: values are plain copies except List, Dict and Func, shared
 // through shared_ptr; lists and dicts are never modified after they are
@@ -54,12 +55,20 @@ enum class Kind { Undefined, None, Bool, Int, Float, Str, List, Dict, Namespace,
 struct Value;
 struct Args;
 
+// The most items a list built by a template may hold (range(), [x] * n,
+// list + list): a Value is ~200 bytes, so 1M items are ~200 MB already.
+inline constexpr size_t kMaxListItems = 1'000'000;
+
 struct List {
   std::vector<Value> items;
   bool tuple = false;  // printed (a, b) by str()
   // A generator (what map, select, unique ... give in Jinja2): iterable, but
   // always true, without len(), not JSON-serializable and not printable.
   bool iter = false;
+  // What Python would print instead of a list: a dict view ("dict_items",
+  // printed dict_items([...])) or a range ("range(0, 3)", printed as is).
+  // Neither is JSON-serializable.
+  std::string view;
 };
 
 // A dict: keys are strings, or numbers, booleans and None (Python's equal
@@ -79,6 +88,7 @@ using Builtin = std::function<Value(Args&)>;
 struct Func {
   std::string name;
   Builtin call;
+  bool macro = false;  // a {% macro %} (or caller): jinja2's Macro has `.name`
 };
 
 struct Value {
@@ -101,9 +111,10 @@ struct Value {
   static Value string(std::string v) { return string(Str(std::move(v))); }
   static Value of_list(std::vector<Value> items, bool tuple = false);
   static Value of_iter(std::vector<Value> items);
+  static Value of_view(std::vector<Value> items, std::string view);
   static Value of_dict(Dict d);
   static Value of_namespace(Dict d);
-  static Value function(std::string name, Builtin call);
+  static Value function(std::string name, Builtin call, bool macro = false);
 
   bool is_undefined() const { return kind == Kind::Undefined; }
   bool is_none() const { return kind == Kind::None; }
