@@ -740,9 +740,12 @@ Dict make_globals(int64_t now_unix_seconds) {
           Dict d;
           for (const Value& p : a.pos) {
             if (p.kind != Kind::Dict) fail("namespace() takes keyword arguments or a dict");
-            for (const auto& [k, v] : p.dict->items) d.set(k, v);
+            for (const auto& [k, v] : p.dict->items) {
+              if (!k.is_string()) fail("namespace() keywords must be strings");
+              d.set_in_namespace(k.s, v);
+            }
           }
-          for (auto& [k, v] : a.kw) d.set(Str(k), std::move(v));
+          for (auto& [k, v] : a.kw) d.set_in_namespace(Str(k), std::move(v));
           return Value::of_namespace(std::move(d));
         }));
   g.set(Str("dict"), Value::function("dict", [](Args& a) {

@@ -141,7 +141,10 @@ Value format(const Str& s, const Args& a) {
     }
     const Value* v = nullptr;
     if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
-      const size_t k = field.empty() ? auto_index++ : std::stoul(field);
+      // Nine digits at most: stoul would throw past its range.
+      const size_t k = field.empty()      ? auto_index++
+                       : field.size() > 9 ? a.pos.size()
+                                          : std::stoul(field);
       if (k >= a.pos.size()) fail("Replacement index out of range for positional args tuple");
       v = &a.pos[k];
     } else {
@@ -274,7 +277,8 @@ bool is_str_method(std::string_view n) {
 
 Value bound(const Value& self, std::string name,
             Value (*method)(const Value&, const std::string&, Args&)) {
-  return Value::function(name, [self, name, method](Args& a) { return method(self, name, a); });
+  return Value::function(
+      name, [self, name, method](Args& a) { return method(self, name, a); }, false, &self);
 }
 
 Value list_method(const Value& self, const std::string& name, Args& a) {

@@ -138,7 +138,7 @@ class Renderer {
           if (!ns || ns->kind != Kind::Namespace) {
             fail("cannot assign attribute on non-namespace object");
           }
-          ns->dict->set(Str(s.attr), std::move(v));
+          ns->dict->set_in_namespace(Str(s.attr), std::move(v));
         } else {
           assign(scope, s.targets, v);
         }
@@ -233,6 +233,11 @@ class Renderer {
                }));
       loop.set(Str("changed"), Value::function("loop.changed", [last_changed](Args& a) {
                  Value now = Value::of_list(a.pos, true);
+                 // Kept by the loop, which is a namespace: loop.changed(loop)
+                 // would be a cycle.
+                 if (nesting_of(now).has_namespace) {
+                   fail("loop.changed() of a namespace (or of loop) is not supported");
+                 }
                  if (*last_changed && equals(**last_changed, now)) return Value::boolean(false);
                  *last_changed = std::move(now);
                  return Value::boolean(true);
@@ -385,6 +390,12 @@ class Renderer {
           Str s;
           for (int64_t k = 0; k < n; ++k) s.append(seq->s);
           return Value::string(std::move(s));
+        }
+        // Items are copies (strings and all): [s] * n costs n strings.
+        uint64_t bytes = 0;
+        for (const Value& x : seq->list->items) bytes += sizeof(Value) + x.s.text.size();
+        if (n > 0 && bytes > (uint64_t{4} * kMaxStringBytes) / static_cast<uint64_t>(n)) {
+          fail(fmt::format("a list of more than {} MiB", (4 * kMaxStringBytes) >> 20));
         }
         std::vector<Value> items;
         for (int64_t k = 0; k < n; ++k) {
@@ -625,7 +636,11 @@ Rendered Template::render(const nlohmann::ordered_json& context,
   for (auto it = context.begin(); it != context.end(); ++it) {
     const bool trusted = std::find(options.trusted_keys.begin(), options.trusted_keys.end(),
                                    it.key()) != options.trusted_keys.end();
-    root.vars[it.key()] = from_json(it.value(), !trusted);
+    try {
+      root.vars[it.key()] = from_json(it.value(), !trusted);
+    } catch (const RenderError& e) {  // nested too deeply
+      throw InvalidArgument(fmt::format("chat template context: '{}': {}", it.key(), e.message));
+    }
   }
   Renderer r(options, &root);
   try {

@@ -238,20 +238,33 @@ Str Str::marked(std::string t) {
   return s;
 }
 
+void too_long_string() {
+  fail(fmt::format("a string of more than {} MiB (no chat template builds one)",
+                   kMaxStringBytes >> 20));
+}
+
 void Str::append(const Str& s) {
   const size_t off = text.size();
+  if (off + s.text.size() > kMaxStringBytes) too_long_string();
   text += s.text;
   for (const ByteRange& r : s.content) add_range(content, r.begin + off, r.end + off);
 }
 
-void Str::append(std::string_view plain) { text.append(plain); }
+void Str::append(std::string_view plain) {
+  if (text.size() + plain.size() > kMaxStringBytes) too_long_string();
+  text.append(plain);
+}
 
 Str Str::sub(size_t b, size_t e) const {
   e = std::min(e, text.size());
   b = std::min(b, e);
   Str out(text.substr(b, e - b));
-  for (const ByteRange& r : content) {
-    const size_t rb = std::max(r.begin, b), re = std::min(r.end, e);
+  // The ranges that end after b, by bisection: taking each character of a
+  // string with many ranges must not cost all of them each time.
+  auto it = std::upper_bound(content.begin(), content.end(), b,
+                             [](size_t at, const ByteRange& r) { return at < r.end; });
+  for (; it != content.end() && it->begin < e; ++it) {
+    const size_t rb = std::max(it->begin, b), re = std::min(it->end, e);
     if (rb < re) add_range(out.content, rb - b, re - b);
   }
   return out;
@@ -298,9 +311,86 @@ const Value* Dict::find(const Value& key) const {
 
 void Dict::set(Str key, Value v) { set(Value::string(std::move(key)), std::move(v)); }
 
+Nesting nesting_of(const Value& v) {
+  switch (v.kind) {
+    case Kind::List:
+      return v.list->nesting;
+    case Kind::Dict:
+      return v.dict->nesting;
+    case Kind::Namespace:
+      return {v.dict->nesting.depth, true};
+    case Kind::Func:
+      return v.func->nesting;
+    default:
+      return {};
+  }
+}
+
+namespace {
+// One level above `inner`, within kMaxNesting.
+Nesting around(Nesting outer, Nesting inner) {
+  if (inner.depth + 1 > kMaxNesting) {
+    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
+  }
+  return {std::max(outer.depth, inner.depth + 1), outer.has_namespace || inner.has_namespace};
+}
+}  // namespace
+
+Nesting nesting_around(const std::vector<Value>& items) {
+  Nesting n{1, false};
+  for (const Value& v : items) {
+    if (v.kind >= Kind::List) n = around(n, nesting_of(v));
+  }
+  return n;
+}
+
+namespace {
+// The levels below `v` as it stands (namespaces' current contents included).
+int real_depth(const Value& v, const Dict* self, std::unordered_map<const void*, int>& memo,
+               int level) {
+  const Nesting n = nesting_of(v);
+  if (!n.has_namespace) return n.depth;  // nothing mutable inside: the record is exact
+  if (level > 2 * kMaxNesting + 2) {
+    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
+  }
+  if (v.kind == Kind::Func)
+    fail("keeping a bound method of a value holding a namespace is not supported");
+  if (v.kind == Kind::Namespace && v.dict.get() == self)
+    fail("a namespace holding itself is not supported");
+  const void* key = v.kind == Kind::List ? static_cast<const void*>(v.list.get()) : v.dict.get();
+  if (const auto it = memo.find(key); it != memo.end()) return it->second;
+  int depth = 1;
+  if (v.kind == Kind::List) {
+    for (const Value& x : v.list->items) {
+      depth = std::max(depth, 1 + real_depth(x, self, memo, level + 1));
+    }
+  } else {
+    for (const auto& [k, x] : v.dict->items) {
+      depth = std::max(depth, 1 + real_depth(x, self, memo, level + 1));
+    }
+  }
+  memo.emplace(key, depth);
+  return depth;
+}
+}  // namespace
+
+void Dict::set_in_namespace(Str key, Value v) {
+  int depth = nesting_of(v).depth;
+  if (nesting_of(v).has_namespace) {
+    std::unordered_map<const void*, int> memo;
+    depth = real_depth(v, this, memo, 0);
+  }
+  if (depth + 1 > kMaxNesting) {
+    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
+  }
+  set(std::move(key), std::move(v));
+  nesting.depth = std::max(nesting.depth, depth + 1);
+}
+
 void Dict::set(Value key, Value v) {
   const auto id = key_id(key);
   if (!id) fail(fmt::format("unhashable type: '{}'", type_name(key)));
+  if (v.kind >= Kind::List) nesting = around(nesting, nesting_of(v));
   const auto it = index.find(*id);
   if (it != index.end()) {
     items[it->second].second = std::move(v);
@@ -347,19 +437,22 @@ Value Value::string(Str x) {
 Value Value::of_list(std::vector<Value> items, bool tuple) {
   Value v;
   v.kind = Kind::List;
-  v.list = std::make_shared<const List>(List{std::move(items), tuple});
+  const Nesting n = nesting_around(items);
+  v.list = std::make_shared<const List>(List{std::move(items), tuple, false, {}, n});
   return v;
 }
 Value Value::of_iter(std::vector<Value> items) {
   Value v;
   v.kind = Kind::List;
-  v.list = std::make_shared<const List>(List{std::move(items), false, true});
+  const Nesting n = nesting_around(items);
+  v.list = std::make_shared<const List>(List{std::move(items), false, true, {}, n});
   return v;
 }
 Value Value::of_view(std::vector<Value> items, std::string view) {
   Value v;
   v.kind = Kind::List;
-  v.list = std::make_shared<const List>(List{std::move(items), false, false, std::move(view)});
+  const Nesting n = nesting_around(items);
+  v.list = std::make_shared<const List>(List{std::move(items), false, false, std::move(view), n});
   return v;
 }
 Value Value::of_dict(Dict d) {
@@ -373,10 +466,11 @@ Value Value::of_namespace(Dict d) {
   v.kind = Kind::Namespace;
   return v;
 }
-Value Value::function(std::string name, Builtin call, bool macro) {
+Value Value::function(std::string name, Builtin call, bool macro, const Value* holds) {
   Value v;
   v.kind = Kind::Func;
-  v.func = std::make_shared<const Func>(Func{std::move(name), std::move(call), macro});
+  const Nesting n = holds && holds->kind >= Kind::List ? around({}, nesting_of(*holds)) : Nesting{};
+  v.func = std::make_shared<const Func>(Func{std::move(name), std::move(call), macro, n});
   return v;
 }
 
@@ -677,8 +771,12 @@ Str to_json(const Value& v, const JsonFormat& fmt) {
   return content ? Str::marked(std::move(out)) : Str(std::move(out));
 }
 
-Value from_json(const nlohmann::ordered_json& j, bool content) {
+Value from_json(const nlohmann::ordered_json& j, bool content, int level) {
   using T = nlohmann::ordered_json::value_t;
+  // Refused on the way down: the recursion itself must not outrun the stack.
+  if (level >= kMaxNesting && (j.is_array() || j.is_object())) {
+    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
+  }
   switch (j.type()) {
     case T::null:
       return Value::none();
@@ -700,13 +798,14 @@ Value from_json(const nlohmann::ordered_json& j, bool content) {
     case T::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e, content));
+      for (const auto& e : j) items.push_back(from_json(e, content, level + 1));
       return Value::of_list(std::move(items));
     }
     case T::object: {
       Dict d;
       for (auto it = j.begin(); it != j.end(); ++it) {
-        d.set(content ? Str::marked(it.key()) : Str(it.key()), from_json(it.value(), content));
+        d.set(content ? Str::marked(it.key()) : Str(it.key()),
+              from_json(it.value(), content, level + 1));
       }
       return Value::of_dict(std::move(d));
     }

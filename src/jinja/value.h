@@ -32,6 +32,11 @@
 
 namespace encore::jinja {
 
+// The longest string any operation builds (replace, join, indent ...; the
+// renderer holds its own strings to RenderOptions::limits.max_output_bytes).
+inline constexpr size_t kMaxStringBytes = size_t{64} << 20;
+[[noreturn]] void too_long_string();
+
 // A string and the byte ranges of it that are content.
 struct Str {
   std::string text;
@@ -59,6 +64,20 @@ struct Args;
 // list + list): a Value is ~200 bytes, so 1M items are ~200 MB already.
 inline constexpr size_t kMaxListItems = 1'000'000;
 
+// How deep lists, dicts, namespaces and bound methods may nest. Printing,
+// comparing, serialising and freeing a value recurse through its levels, so
+// a template that wraps a list in a list in a loop must be stopped before the
+// stack is: the constructors below count the levels and fail past this.
+inline constexpr int kMaxNesting = 256;
+
+// The nesting a container records: levels below it (a leaf value is 0), and
+// whether a namespace is somewhere inside (the one mutable object: what is
+// set into it later is not in the count, see render.cpp's `set ns.x`).
+struct Nesting {
+  int depth = 0;
+  bool has_namespace = false;
+};
+
 struct List {
   std::vector<Value> items;
   bool tuple = false;  // printed (a, b) by str()
@@ -69,6 +88,7 @@ struct List {
   // printed dict_items([...])) or a range ("range(0, 3)", printed as is).
   // Neither is JSON-serializable.
   std::string view;
+  Nesting nesting;  // of this list: 1 + its deepest item
 };
 
 // A dict: keys are strings, or numbers, booleans and None (Python's equal
@@ -76,11 +96,19 @@ struct List {
 struct Dict {
   std::vector<std::pair<Value, Value>> items;     // insertion order
   std::unordered_map<std::string, size_t> index;  // key_id -> position
+  Nesting nesting{1, false};                      // grows as items are set, never shrinks
 
   const Value* find(std::string_view key) const;
   const Value* find(const Value& key) const;
   void set(Str key, Value v);    // replaces in place or appends
   void set(Value key, Value v);  // fails for an unhashable key (list, dict)
+  // A namespace's `set ns.key = v` (or namespace(key=v)): what v holds is
+  // measured as it stands now, through the namespaces in it, and refused
+  // when it holds this namespace (a cycle: never freed, printed forever) or
+  // nests too deep. This is what keeps every value's real depth within about
+  // twice kMaxNesting, whatever namespaces are changed after they are put
+  // in a list.
+  void set_in_namespace(Str key, Value v);
 };
 
 using Builtin = std::function<Value(Args&)>;
@@ -89,6 +117,7 @@ struct Func {
   std::string name;
   Builtin call;
   bool macro = false;  // a {% macro %} (or caller): jinja2's Macro has `.name`
+  Nesting nesting;     // of the value a bound method holds (l.count holds l)
 };
 
 struct Value {
@@ -114,7 +143,9 @@ struct Value {
   static Value of_view(std::vector<Value> items, std::string view);
   static Value of_dict(Dict d);
   static Value of_namespace(Dict d);
-  static Value function(std::string name, Builtin call, bool macro = false);
+  // `holds`: the value the function keeps (a bound method's object).
+  static Value function(std::string name, Builtin call, bool macro = false,
+                        const Value* holds = nullptr);
 
   bool is_undefined() const { return kind == Kind::Undefined; }
   bool is_none() const { return kind == Kind::None; }
@@ -147,6 +178,11 @@ struct RenderError {
   int line = 0;
 };
 [[noreturn]] void fail(std::string message);
+
+// The nesting `v` records (0 for a string or number; a namespace counts as
+// holding a namespace). Fails when a container of `v` would be too deep.
+Nesting nesting_of(const Value& v);
+Nesting nesting_around(const std::vector<Value>& items);  // of a container of these
 
 // Python's type name of `v` ("str", "int", "list", "dict", "NoneType" ...).
 std::string_view type_name(const Value& v);
@@ -184,6 +220,6 @@ struct JsonFormat {
 Str to_json(const Value& v, const JsonFormat& fmt);
 
 // A context value from JSON; strings are marked as content when `content`.
-Value from_json(const nlohmann::ordered_json& j, bool content);
+Value from_json(const nlohmann::ordered_json& j, bool content, int level = 0);
 
 }  // namespace encore::jinja
