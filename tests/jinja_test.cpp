@@ -445,6 +445,80 @@ TEST(JinjaErrors, DeepNestingIsRefusedNotAStackOverflow) {
             "1");
 }
 
+// ---- what the fuzzer (fuzz/fuzz_jinja.cpp) and its seeds found ----
+
+TEST(JinjaFuzzFinds, HugeNumbersInIndexesAndFormatFieldsAreErrors) {
+  // x.<digits> past 64 bits: stoll threw std::out_of_range through the parser.
+  EXPECT_NE(parse_error("{{ x.1111111111111111111111 }}").find("not supported"), std::string::npos);
+  EXPECT_EQ(render("{{ [5, 6].1 }}", kChat).text, "6");
+  // A format field index past stoul's range.
+  EXPECT_NE(render_error("{{ '{99999999999999999999999}'.format(1) }}", kChat).find("out of range"),
+            std::string::npos);
+  EXPECT_EQ(render("{{ '{1}{0}'.format('a', 'b') }}", kChat).text, "ba");
+  // range() stepping past INT64_MAX; a repetition whose size wraps to 0.
+  EXPECT_EQ(render("{{ range(0, 9223372036854775807, 4611686018427387904)|list }}", kChat).text,
+            "[0, 4611686018427387904]");
+  EXPECT_NE(render_error("{{ 'abcd' * 4611686018427387904 }}", kChat).find("max_output_bytes"),
+            std::string::npos);
+}
+
+TEST(JinjaFuzzFinds, ValuesNestedInALoopAreStoppedBeforeTheStack) {
+  // Printing, comparing and freeing recurse through every level: a list
+  // wrapped a million times overflowed the stack.
+  for (const char* src :
+       {"{% set ns = namespace(x=[]) %}{% for i in range(1000000) %}{% set ns.x = [ns.x] %}"
+        "{% endfor %}{{ ns.x|length }}",
+        "{% set ns = namespace(x={}) %}{% for i in range(1000000) %}{% set ns.x = {'a': ns.x} %}"
+        "{% endfor %}{{ ns.x|length }}",
+        "{% set ns = namespace(x=[]) %}{% for i in range(1000000) %}"
+        "{% set ns.x = [namespace(y=ns.x)] %}{% endfor %}{{ ns.x|length }}",
+        "{% set ns = namespace(x=[]) %}{% for i in range(1000000) %}{% set ns.x = [ns.x.count] %}"
+        "{% endfor %}{{ ns.x|length }}"}) {
+    SCOPED_TRACE(src);
+    const std::string e = render_error(src, kChat);
+    EXPECT_NE(e.find("nested deeper than"), std::string::npos) << e;
+  }
+  // 200 levels are fine.
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for i in range(200) %}{% set ns.x = [ns.x] "
+                   "%}{% endfor %}{{ ns.x|length }}",
+                   kChat)
+                .text,
+            "1");
+  // A context nested deeper: refused, not recursed into.
+  json deep = json::array();
+  for (int k = 0; k < 100000; ++k) deep = json::array({std::move(deep)});
+  const std::string e = error_of([&] { render("{{ d|length }}", {{"d", deep}}); });
+  EXPECT_NE(e.find("chat template context: 'd'"), std::string::npos) << e;
+}
+
+TEST(JinjaFuzzFinds, ANamespaceCannotHoldItself) {
+  // A cycle is never freed and prints forever.
+  for (const char* src : {"{% set ns = namespace() %}{% set ns.a = ns %}{{ ns }}",
+                          "{% set ns = namespace() %}{% set ns.a = [1, {'b': ns}] %}",
+                          "{% set ns = namespace() %}{% set l = [ns] %}{% set ns.a = l %}",
+                          "{% for x in [1] %}{{ loop.changed(loop) }}{% endfor %}"}) {
+    SCOPED_TRACE(src);
+    EXPECT_NE(render_error(src, kChat).find("not supported"), std::string::npos);
+  }
+  // One namespace in another is fine.
+  EXPECT_EQ(render("{% set a = namespace(v=1) %}{% set b = namespace(a=a) %}{% set a.v = 2 %}"
+                   "{{ b.a.v }}",
+                   kChat)
+                .text,
+            "2");
+}
+
+TEST(JinjaFuzzFinds, HugeStringsAndListsAreRefused) {
+  for (const char* src :
+       {"{{ ('x' * 1000000)|replace('x', 'y' * 1000) }}", "{{ (['x' * 1000000] * 1000)|length }}",
+        "{{ ([1] * 10000000)|length }}", "{{ ('x' * 1000000).split('')|length }}"}) {
+    SCOPED_TRACE(src);
+    const std::string e = render_error(src, kChat);
+    EXPECT_EQ(e.rfind("chat template line 1: ", 0), 0u) << e;
+  }
+  EXPECT_EQ(render("{{ (['x' * 1000] * 1000)|length }}", kChat).text, "1000");
+}
+
 // ---- determinism and the clock ----
 
 TEST(JinjaDeterminism, SameRenderTwiceIsByteIdentical) {
