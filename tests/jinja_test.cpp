@@ -287,7 +287,9 @@ TEST(JinjaLimits, MaxOutputBytesEndsAHugeString) {
                           "{% set s = 'x' * 1000000 %}{{ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ "
                           "s ~ s ~ s ~ s ~ s ~ s ~ s ~ s }}"}) {
     SCOPED_TRACE(src);
-    const std::string e = render_error(src, kChat);
+    RenderOptions opt;  // a loop stops sooner at 1 MiB (ASan builds run this too)
+    if (std::string(src).find("for") != std::string::npos) opt.limits.max_output_bytes = 1 << 20;
+    const std::string e = render_error(src, kChat, opt);
     EXPECT_NE(e.find("max_output_bytes"), std::string::npos) << e;
   }
   // Exactly at the limit renders; one byte under does not.
@@ -517,6 +519,26 @@ TEST(JinjaFuzzFinds, HugeStringsAndListsAreRefused) {
     EXPECT_EQ(e.rfind("chat template line 1: ", 0), 0u) << e;
   }
   EXPECT_EQ(render("{{ (['x' * 1000] * 1000)|length }}", kChat).text, "1000");
+}
+
+TEST(JinjaFuzzFinds, WorkOnLongStringsCountsTowardMaxSteps) {
+  // One step per turn let a loop over s[i] (each a scan of s) go quadratic
+  // within max_steps: a 1 MB string indexed a million times ran for minutes.
+  RenderOptions opt;
+  opt.limits.max_steps = 2'000'000;
+  for (const char* src :
+       {"{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s[i] }}{% endfor %}",
+        "{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s[i:i + 1] }}{% endfor %}",
+        "{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s[1::1000000] }}{% endfor "
+        "%}"}) {
+    SCOPED_TRACE(src);
+    EXPECT_NE(render_error(src, kChat, opt).find("max_steps"), std::string::npos);
+  }
+  // Short strings cost about one step a turn, as before.
+  EXPECT_EQ(render("{% set s = 'abcdef' %}{% for i in range(60000) %}{{ s[i % 6] }}{% endfor %}",
+                   kChat, opt)
+                .text.size(),
+            60000u);
 }
 
 // ---- determinism and the clock ----

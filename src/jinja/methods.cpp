@@ -32,12 +32,6 @@ int64_t want_int(const Value& v, std::string_view what) {
   fail(fmt::format("{} must be an integer, not {}", what, type_name(v)));
 }
 
-// The byte offset of code point `cp` in s (s.size() past the end).
-size_t byte_at(const std::vector<size_t>& offs, int64_t cp) {
-  return offs[static_cast<size_t>(
-      std::clamp<int64_t>(cp, 0, static_cast<int64_t>(offs.size()) - 1))];
-}
-
 // Python's s.split(sep, maxsplit), s.rsplit when `reverse`.
 Value split(const Str& s, const std::optional<Value>& sep_v, int64_t maxsplit, bool reverse) {
   std::vector<Value> parts;
@@ -365,11 +359,9 @@ Value get_item(const Value& obj, const Value& key) {
       if (k < 0 || k >= n) return Value::undefined("list index out of range");
       return obj.list->items[static_cast<size_t>(k)];
     }
-    const auto offs = code_point_offsets(obj.s.text);
-    const auto n = static_cast<int64_t>(offs.size()) - 1;
-    if (k < 0) k += n;
-    if (k < 0 || k >= n) return Value::undefined("string index out of range");
-    return Value::string(obj.s.sub(offs[static_cast<size_t>(k)], offs[static_cast<size_t>(k + 1)]));
+    const auto at = nth_code_point(obj.s.text, k);
+    if (!at) return Value::undefined("string index out of range");
+    return Value::string(obj.s.sub(at->first, at->second));
   }
   if (obj.kind == Kind::Dict) {
     if (const Value* v = obj.dict->find(key)) return *v;
@@ -389,7 +381,10 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   if (step == 0) fail("slice step cannot be zero");
   std::vector<size_t> offs;
   int64_t n;
-  if (obj.is_string()) {
+  if (obj.is_string() && step == 1) {
+    // The common s[a:b]: two scans, no table of every code point's offset.
+    n = static_cast<int64_t>(count_code_points(obj.s.text));
+  } else if (obj.is_string()) {
     offs = code_point_offsets(obj.s.text);
     n = static_cast<int64_t>(offs.size()) - 1;
   } else {
@@ -402,10 +397,20 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   };
   const int64_t b = step > 0 ? norm(idx(start), 0, 0, n) : norm(idx(start), n - 1, -1, n - 1);
   const int64_t e = step > 0 ? norm(idx(stop), n, 0, n) : norm(idx(stop), -1, -1, n - 1);
+  if (obj.is_string() && step == 1) {
+    auto byte_of = [&](int64_t k) {
+      const auto at = k < n ? nth_code_point(obj.s.text, k) : std::nullopt;
+      return at ? at->first : obj.s.text.size();
+    };
+    return Value::string(obj.s.sub(byte_of(b), byte_of(std::max(b, e))));
+  }
   std::vector<int64_t> picks;
-  for (int64_t k = b; step > 0 ? k < e : k > e; k += step) picks.push_back(k);
+  // k += step stops before it would overflow ('abc'[1::2**63 - 1]).
+  for (int64_t k = b; step > 0 ? k < e : k > e;) {
+    picks.push_back(k);
+    if (__builtin_add_overflow(k, step, &k)) break;
+  }
   if (obj.is_string()) {
-    if (step == 1) return Value::string(obj.s.sub(byte_at(offs, b), byte_at(offs, std::max(b, e))));
     Str out;
     for (int64_t k : picks) {
       out.append(obj.s.sub(offs[static_cast<size_t>(k)], offs[static_cast<size_t>(k + 1)]));

@@ -849,13 +849,7 @@ class Parser {
       auto e = make(ExprKind::Literal, ln);
       const std::string text = next().text;
       if (t.type == Tok::Int) {
-        try {
-          e->literal = Value::integer(std::stoll(text));
-        } catch (const std::exception&) {
-          fail_at(ln, fmt::format("integer literal {} is out of range: integers beyond 64 bits "
-                                  "are not supported",
-                                  text));
-        }
+        e->literal = int_literal(text, ln);
       } else {
         e->literal = Value::number(std::strtod(text.c_str(), nullptr));
       }
@@ -899,6 +893,17 @@ class Parser {
     unexpected("an expression");
   }
 
+  // An integer literal (x.123 or 123); stoll throws past 64 bits.
+  static Value int_literal(const std::string& text, int ln) {
+    try {
+      return Value::integer(std::stoll(text));
+    } catch (const std::exception&) {
+      fail_at(ln, fmt::format("integer literal {} is out of range: integers beyond 64 bits "
+                              "are not supported",
+                              text));
+    }
+  }
+
   ExprPtr parse_postfix(ExprPtr e) {
     Chain chain(*this);
     for (;;) {
@@ -911,7 +916,7 @@ class Parser {
         if (cur().type == Tok::Int) {
           a->kind = ExprKind::Item;
           a->b = make(ExprKind::Literal, ln);
-          a->b->literal = Value::integer(std::stoll(next().text));
+          a->b->literal = int_literal(next().text, ln);
         } else {
           a->name = expect_name();
         }

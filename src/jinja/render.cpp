@@ -42,9 +42,26 @@ class Renderer {
   int line() const { return line_; }
 
  private:
-  void step() {
-    if (++steps_ > opt_.limits.max_steps) {
+  void step(uint64_t n = 1) {
+    steps_ += n;
+    if (steps_ > opt_.limits.max_steps) {
       fail(fmt::format("the render took more than {} steps (max_steps)", opt_.limits.max_steps));
+    }
+  }
+
+  // Work in proportion to a value's size: copying a string (every name
+  // lookup does), scanning it (s[i] counts code points, s[::2] tables their
+  // offsets at 8 bytes each), a filter going through a list. One step per 8
+  // bytes or 16 items, so that a loop over a long string costs its length,
+  // not one step per turn (which made `{% for i in range(n) %}{{ s[i] }}`
+  // quadratic within max_steps).
+  void charge(const Value& v) {
+    if (v.kind == Kind::Str) {
+      step(v.s.text.size() / 8);
+    } else if (v.kind == Kind::List) {
+      step(v.list->items.size() / 16);
+    } else if (v.kind == Kind::Dict || v.kind == Kind::Namespace) {
+      step(v.dict->items.size() / 16);
     }
   }
 
@@ -481,6 +498,12 @@ class Renderer {
   }
 
   Value eval(const Expr& e, Scope& scope) {
+    Value v = eval_node(e, scope);
+    charge(v);
+    return v;
+  }
+
+  Value eval_node(const Expr& e, Scope& scope) {
     step();
     line_ = e.line;
     switch (e.kind) {

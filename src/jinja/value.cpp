@@ -717,6 +717,15 @@ size_t count_code_points(std::string_view s) {
   return n;
 }
 
+std::optional<std::pair<size_t, size_t>> nth_code_point(std::string_view s, int64_t k) {
+  if (k < 0) k += static_cast<int64_t>(count_code_points(s));
+  if (k < 0) return std::nullopt;
+  size_t i = 0;
+  for (; i < s.size() && k > 0; --k) i += utf8_len(s, i);
+  if (i >= s.size()) return std::nullopt;
+  return std::make_pair(i, i + utf8_len(s, i));
+}
+
 std::vector<size_t> code_point_offsets(std::string_view s) {
   std::vector<size_t> out;
   for (size_t i = 0; i < s.size(); i += utf8_len(s, i)) out.push_back(i);

@@ -205,6 +205,9 @@ int64_t length(const Value& v);
 // Code point helpers over UTF-8 (invalid bytes count as one code point each).
 size_t count_code_points(std::string_view s);
 std::vector<size_t> code_point_offsets(std::string_view s);  // starts, plus s.size()
+// The bytes [begin, end) of code point k (negative: from the end), without
+// the offsets of all the others; nullopt when out of range.
+std::optional<std::pair<size_t, size_t>> nth_code_point(std::string_view s, int64_t k);
 
 // The items a `for` iterates: a list's items, a dict's keys, a string's
 // characters; Undefined iterates nothing. Fails for other values.
