@@ -311,86 +311,10 @@ const Value* Dict::find(const Value& key) const {
 
 void Dict::set(Str key, Value v) { set(Value::string(std::move(key)), std::move(v)); }
 
-Nesting nesting_of(const Value& v) {
-  switch (v.kind) {
-    case Kind::List:
-      return v.list->nesting;
-    case Kind::Dict:
-      return v.dict->nesting;
-    case Kind::Namespace:
-      return {v.dict->nesting.depth, true};
-    case Kind::Func:
-      return v.func->nesting;
-    default:
-      return {};
-  }
-}
-
-namespace {
-// One level above `inner`, within kMaxNesting.
-Nesting around(Nesting outer, Nesting inner) {
-  if (inner.depth + 1 > kMaxNesting) {
-    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
-  }
-  return {std::max(outer.depth, inner.depth + 1), outer.has_namespace || inner.has_namespace};
-}
-}  // namespace
-
-Nesting nesting_around(const std::vector<Value>& items) {
-  Nesting n{1, false};
-  for (const Value& v : items) {
-    if (v.kind >= Kind::List) n = around(n, nesting_of(v));
-  }
-  return n;
-}
-
-namespace {
-// The levels below `v` as it stands (namespaces' current contents included).
-int real_depth(const Value& v, const Dict* self, std::unordered_map<const void*, int>& memo,
-               int level) {
-  const Nesting n = nesting_of(v);
-  if (!n.has_namespace) return n.depth;  // nothing mutable inside: the record is exact
-  if (level > 2 * kMaxNesting + 2) {
-    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
-  }
-  if (v.kind == Kind::Func)
-    fail("keeping a bound method of a value holding a namespace is not supported");
-  if (v.kind == Kind::Namespace && v.dict.get() == self)
-    fail("a namespace holding itself is not supported");
-  const void* key = v.kind == Kind::List ? static_cast<const void*>(v.list.get()) : v.dict.get();
-  if (const auto it = memo.find(key); it != memo.end()) return it->second;
-  int depth = 1;
-  if (v.kind == Kind::List) {
-    for (const Value& x : v.list->items) {
-      depth = std::max(depth, 1 + real_depth(x, self, memo, level + 1));
-    }
-  } else {
-    for (const auto& [k, x] : v.dict->items) {
-      depth = std::max(depth, 1 + real_depth(x, self, memo, level + 1));
-    }
-  }
-  memo.emplace(key, depth);
-  return depth;
-}
-}  // namespace
-
-void Dict::set_in_namespace(Str key, Value v) {
-  int depth = nesting_of(v).depth;
-  if (nesting_of(v).has_namespace) {
-    std::unordered_map<const void*, int> memo;
-    depth = real_depth(v, this, memo, 0);
-  }
-  if (depth + 1 > kMaxNesting) {
-    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
-  }
-  set(std::move(key), std::move(v));
-  nesting.depth = std::max(nesting.depth, depth + 1);
-}
-
 void Dict::set(Value key, Value v) {
   const auto id = key_id(key);
   if (!id) fail(fmt::format("unhashable type: '{}'", type_name(key)));
-  if (v.kind >= Kind::List) nesting = around(nesting, nesting_of(v));
+  if (v.kind >= Kind::List) nesting = nesting_add(nesting, nesting_of(v));
   const auto it = index.find(*id);
   if (it != index.end()) {
     items[it->second].second = std::move(v);
@@ -469,7 +393,8 @@ Value Value::of_namespace(Dict d) {
 Value Value::function(std::string name, Builtin call, bool macro, const Value* holds) {
   Value v;
   v.kind = Kind::Func;
-  const Nesting n = holds && holds->kind >= Kind::List ? around({}, nesting_of(*holds)) : Nesting{};
+  const Nesting n =
+      holds && holds->kind >= Kind::List ? nesting_add({}, nesting_of(*holds)) : Nesting{};
   v.func = std::make_shared<const Func>(Func{std::move(name), std::move(call), macro, n});
   return v;
 }

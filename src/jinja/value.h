@@ -183,6 +183,8 @@ struct RenderError {
 // holding a namespace). Fails when a container of `v` would be too deep.
 Nesting nesting_of(const Value& v);
 Nesting nesting_around(const std::vector<Value>& items);  // of a container of these
+// `outer` with `inner` one level below it; fails past kMaxNesting.
+Nesting nesting_add(Nesting outer, Nesting inner);
 
 // Python's type name of `v` ("str", "int", "list", "dict", "NoneType" ...).
 std::string_view type_name(const Value& v);
