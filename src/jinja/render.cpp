@@ -456,7 +456,15 @@ class Renderer {
         }
         return Value::integer(out);
       }
-      if (nums) return Value::number(std::pow(dbl_of(l), dbl_of(r)));
+      if (nums) {
+        const double a = dbl_of(l), b = dbl_of(r);
+        if (a == 0 && b < 0) fail("0.0 cannot be raised to a negative power");
+        // Python gives a complex number: (-8) ** (1 / 3) is (1.0000000000000002+1.73...j).
+        if (a < 0 && std::isfinite(b) && b != std::floor(b)) {
+          fail("a negative number to a fractional power is complex: not supported");
+        }
+        return Value::number(std::pow(a, b));
+      }
     }
     fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(l),
                      type_name(r)));
