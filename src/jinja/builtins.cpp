@@ -194,6 +194,10 @@ Value indent(const Value& v, Args& a) {
   const bool first = truthy(arg_or(a, 1, "first", Value::boolean(false)));
   const bool blank = truthy(arg_or(a, 2, "blank", Value::boolean(false)));
   a.done("indent", 3);
+  // jinja2's do_indent starts with `s += "\n"`: only a string takes it.
+  if (!v.is_string()) {
+    fail(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+  }
   const std::string pad =
       width.is_string()
           ? width.s.text
@@ -516,7 +520,20 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     a.done(n, 2);
     for (const Value& x : iterate(v)) {
       const Value y = attr.is_string() ? attr_path(x, attr.s.text) : x;
-      if (!y.is_number() || !total.is_number()) fail("sum needs numbers");
+      if (total.is_list() && y.is_list() && !total.is_iter() && !y.is_iter()) {
+        // Python's sum adds with +: lists concatenate (sum(ls, start=[])).
+        std::vector<Value> items = total.list->items;
+        if (items.size() + y.list->items.size() > kMaxListItems) {
+          fail(fmt::format("a list of more than {} items", kMaxListItems));
+        }
+        items.insert(items.end(), y.list->items.begin(), y.list->items.end());
+        total = Value::of_list(std::move(items), total.list->tuple);
+        continue;
+      }
+      if (!y.is_number() || !total.is_number()) {
+        fail(fmt::format("unsupported operand type(s) for +: '{}' and '{}'", type_name(total),
+                         type_name(y)));
+      }
       if (total.kind == Kind::Float || y.kind == Kind::Float) {
         auto d = [](const Value& q) {
           return q.kind == Kind::Float ? q.f
