@@ -368,7 +368,12 @@ class Renderer {
         out.b = markup;
         return out;
       }
-      if (l.is_list() && r.is_list()) {
+      const auto plain = [](const Value& v) { return !v.list->iter && v.list->view.empty(); };
+      if (l.is_list() && r.is_list() && plain(l) && plain(r)) {
+        if (l.list->tuple != r.list->tuple) {
+          fail(fmt::format("can only concatenate {0} (not \"{1}\") to {0}", type_name(l),
+                           type_name(r)));
+        }
         if (l.list->items.size() + r.list->items.size() > kMaxListItems) {
           fail(fmt::format("a list of more than {} items", kMaxListItems));
         }
