@@ -378,7 +378,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
   }
   if (n == "items") {
     a.done(n, 0);
-    if (v.is_undefined()) return Value::of_list({});
+    if (v.is_undefined()) return Value::of_iter({});  // a generator in jinja2 too
     if (v.kind != Kind::Dict) fail("Can only get item pairs from a mapping.");
     std::vector<Value> out;
     for (const auto& [k, x] : v.dict->items) out.push_back(Value::of_list({k, x}, true));
@@ -455,6 +455,9 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
   }
   if (n == "select" || n == "reject") return select(v, a, false, n == "select");
   if (n == "selectattr" || n == "rejectattr") return select(v, a, true, n == "selectattr");
+  if ((n == "int" || n == "float") && v.is_undefined()) {
+    fail(undefined_message(v));  // int(Undefined) raises in jinja2, unlike int('x')
+  }
   if (n == "int") {
     const Value def = arg_or(a, 0, "default", Value::integer(0));
     const Value base = arg_or(a, 1, "base", Value::integer(10));
