@@ -404,24 +404,43 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     const bool cs = truthy(arg_or(a, 1, "case_sensitive", Value::boolean(false)));
     const Value attr = arg_or(a, 2, "attribute", Value::none());
     a.done(n, 3);
-    std::vector<Value> items = iterate(v);
-    auto key = [&](const Value& x) {
-      return sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
+    // The keys once each, then a stable sort of (key, item).
+    std::vector<std::pair<Value, Value>> keyed;
+    for (Value& x : iterate(v)) {
+      Value k = sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
+      keyed.emplace_back(std::move(k), std::move(x));
+    }
+    // With an attribute jinja2 compares lists of keys ([k] < [k2]), which
+    // tests == first: two missing attributes are equal, not an error.
+    auto lt = [&](const Value& l, const Value& r) {
+      if (attr.is_string() && l.is_undefined() && r.is_undefined()) return false;
+      return less(l, r);
     };
-    std::stable_sort(items.begin(), items.end(), [&](const Value& l, const Value& r) {
-      return rev ? less(key(r), key(l)) : less(key(l), key(r));
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& l, const auto& r) {
+      return rev ? lt(r.first, l.first) : lt(l.first, r.first);
     });
+    std::vector<Value> items;
+    for (auto& [k, x] : keyed) items.push_back(std::move(x));
     return Value::of_list(std::move(items));
   }
   if (n == "unique") {
     const bool cs = truthy(arg_or(a, 0, "case_sensitive", Value::boolean(false)));
     const Value attr = arg_or(a, 1, "attribute", Value::none());
     a.done(n, 2);
-    std::vector<Value> out, seen;
+    // A set of the keys seen, as jinja2's: one lookup per item (not a scan
+    // of all the others), and a list or dict key is unhashable, as in Python.
+    std::vector<Value> out;
+    Dict seen;
+    bool seen_undefined = false;  // jinja2's Undefined hashes and compares as one value
     for (const Value& x : iterate(v)) {
-      const Value k = sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
-      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
-        seen.push_back(k);
+      Value k = sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
+      if (k.is_undefined()) {
+        if (!seen_undefined) out.push_back(x);
+        seen_undefined = true;
+        continue;
+      }
+      if (!seen.find(k)) {
+        seen.set(std::move(k), Value::none());
         out.push_back(x);
       }
     }
@@ -562,11 +581,15 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
   }
   if (n == "wordcount") {
     a.done(n, 0);
+    // jinja2 counts matches of \w+: runs of str.isalnum() characters and '_'
+    // (an emoji is not one: '😀a🎉b' is two words).
     const Str s = to_str(v);
+    const std::vector<size_t> offs = code_point_offsets(s.text);
     int64_t words = 0;
     bool in = false;
-    for (unsigned char c : s.text) {
-      const bool w = std::isalnum(c) || c == '_' || c >= 0x80;
+    for (size_t k = 0; k + 1 < offs.size(); ++k) {
+      const std::string_view c(s.text.data() + offs[k], offs[k + 1] - offs[k]);
+      const bool w = c == "_" || py_is(c, "isalnum");
       if (w && !in) ++words;
       in = w;
     }
