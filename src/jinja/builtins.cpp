@@ -622,15 +622,35 @@ bool apply_test(std::string_view name, const Value& v, Args& a) {
     return v.is_undefined() || v.is_string() || v.is_list() || v.kind == Kind::Dict;
   if (n == "callable") return v.kind == Kind::Func;
   if (n == "escaped") return false;
+  // jinja2: value % 2 == 1, value % 2 == 0, value % num == 0, with Python's
+  // % (floats too: 2.5 is neither odd nor even, -0.0 is even).
+  auto py_fmod = [](double a, double b) {
+    double m = std::fmod(a, b);
+    if (m != 0 && ((m < 0) != (b < 0))) m += b;
+    return m;
+  };
+  if ((n == "odd" || n == "even") && v.kind == Kind::Float) {
+    return py_fmod(v.f, 2.0) == (n == "odd" ? 1.0 : 0.0);
+  }
   if (n == "odd" || n == "even") {
-    if (v.kind != Kind::Int && v.kind != Kind::Bool) fail(fmt::format("{} needs an integer", n));
+    if (v.kind != Kind::Int && v.kind != Kind::Bool) {
+      fail(fmt::format("unsupported operand type(s) for %: '{}' and 'int'", type_name(v)));
+    }
     const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
     return (i % 2 != 0) == (n == "odd");
   }
   if (n == "divisibleby") {
     const Value d = other();
-    if (!v.is_number() || !d.is_number() || d.kind == Kind::Float || v.kind == Kind::Float) {
-      fail("divisibleby needs integers");
+    if (v.is_number() && d.is_number() && (d.kind == Kind::Float || v.kind == Kind::Float)) {
+      auto dbl = [](const Value& x) {
+        return x.kind == Kind::Float ? x.f : static_cast<double>(x.kind == Kind::Bool ? x.b : x.i);
+      };
+      if (dbl(d) == 0) fail("float modulo");
+      return py_fmod(dbl(v), dbl(d)) == 0;
+    }
+    if (!v.is_number() || !d.is_number()) {
+      fail(fmt::format("unsupported operand type(s) for %: '{}' and '{}'", type_name(v),
+                       type_name(d)));
     }
     const int64_t x = v.kind == Kind::Bool ? v.b : v.i, y = d.kind == Kind::Bool ? d.b : d.i;
     if (y == 0) fail("integer division or modulo by zero");
