@@ -371,7 +371,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (v.is_string()) {
       return slice(v, Value::none(), Value::none(), Value::integer(-1));
     }
-    if (v.is_iter()) fail("'generator' object is not reversible");
+    // A generator is not reversible: jinja2 then reverses list(value).
     std::vector<Value> items = iterate(v);
     std::reverse(items.begin(), items.end());
     return Value::of_iter(std::move(items));

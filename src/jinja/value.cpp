@@ -198,6 +198,8 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int level
         std::string key_text;
         if (k.is_string()) {
           key_text = k.s.text;
+        } else if (k.is_list()) {
+          fail("keys must be str, int, float, bool or None, not tuple");
         } else {
           json_value(key_text, k, f, 0, content);
         }
@@ -291,6 +293,17 @@ std::optional<std::string> key_id(const Value& k) {
       return "f" + float_repr(k.f);
     case Kind::None:
       return std::string("n");
+    case Kind::List: {
+      // A tuple of hashable items is hashable: each item's id, length-prefixed.
+      if (!k.list->tuple || k.list->iter || !k.list->view.empty()) return std::nullopt;
+      std::string id = "t";
+      for (const Value& x : k.list->items) {
+        const auto sub = key_id(x);
+        if (!sub) return std::nullopt;
+        id += std::to_string(sub->size()) + ":" + *sub;
+      }
+      return id;
+    }
     default:
       return std::nullopt;
   }
