@@ -217,6 +217,31 @@ class Lexer {
   }
 
   void number(int line) {
+    // 0x1F, 0o17, 0b101 (with _): jinja2's integer literals in other bases.
+    if (src_[pos_] == '0' && pos_ + 2 < src_.size()) {
+      const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(src_[pos_ + 1])));
+      const int base = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+      if (base &&
+          (std::isxdigit(static_cast<unsigned char>(src_[pos_ + 2])) || src_[pos_ + 2] == '_')) {
+        pos_ += 2;
+        unsigned long long v = 0;
+        bool over = false;
+        for (; pos_ < src_.size(); ++pos_) {
+          const char c = src_[pos_];
+          if (c == '_') continue;
+          if (!std::isxdigit(static_cast<unsigned char>(c))) break;
+          const int d =
+              std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : std::tolower(c) - 'a' + 10;
+          if (d >= base)
+            fail_at(line, fmt::format("invalid digit '{}' in a base {} literal", c, base));
+          over = over || v > (~0ULL - static_cast<unsigned>(d)) / static_cast<unsigned>(base);
+          v = v * static_cast<unsigned>(base) + static_cast<unsigned>(d);
+        }
+        // Past 64 bits the parser refuses the literal (its text does not fit).
+        out_.push_back({Tok::Int, over ? "99999999999999999999" : std::to_string(v), line});
+        return;
+      }
+    }
     const size_t b = pos_;
     auto digits = [&] {
       while (pos_ < src_.size() &&
@@ -334,6 +359,8 @@ class Lexer {
         case 'U':
           hex(8);
           break;
+        case 'N':
+          fail_at(line, "\\N{...} escapes are not supported");
         default:
           s += '\\';
           s += e;

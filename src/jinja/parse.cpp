@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <utility>
 
 #include "jinja/ast.h"
 #include "jinja/lex.h"
@@ -183,7 +184,9 @@ class Parser {
       }
       if (is_name("recursive")) fail_at(ln, "recursive for loops are not supported");
       expect_block_end();
+      ++loop_depth_;
       s->body = parse_body({"endfor", "else"}, &end);
+      --loop_depth_;
       if (end == "else") {
         expect_block_end();
         s->else_body = parse_body({"endfor"}, &end);
@@ -216,7 +219,9 @@ class Parser {
       s->name = expect_name();
       parse_params(*s);
       expect_block_end();
+      const int loops = std::exchange(loop_depth_, 0);  // a macro body is a function of its own
       s->body = parse_body({"endmacro"}, &end);
+      loop_depth_ = loops;
       if (cur().type == Tok::Name && cur().text == s->name) ++i_;
     } else if (name == "call") {
       s->kind = StmtKind::CallBlock;
@@ -224,7 +229,9 @@ class Parser {
       s->expr = parse_expression(true);
       if (s->expr->kind != ExprKind::Call) fail_at(ln, "{% call %} needs a macro call");
       expect_block_end();
+      const int loops = std::exchange(loop_depth_, 0);  // so is the caller's
       s->body = parse_body({"endcall"}, &end);
+      loop_depth_ = loops;
     } else if (name == "filter") {
       s->kind = StmtKind::FilterBlock;
       s->expr = parse_filters(nullptr, true);
@@ -242,10 +249,13 @@ class Parser {
       s->body = parse_body({"endwith"}, &end);
     } else if (name == "break" || name == "continue") {
       s->kind = name == "break" ? StmtKind::Break : StmtKind::Continue;
+      if (loop_depth_ == 0) fail_at(ln, fmt::format("'{}' outside loop", name));
     } else if (name == "generation") {
       s->kind = StmtKind::Generation;
       expect_block_end();
       s->body = parse_body({"endgeneration"}, &end);
+    } else if (name.rfind("end", 0) == 0 || name == "else" || name == "elif") {
+      fail_at(ln, fmt::format("unexpected '{{% {} %}}': no open block takes it", name));
     } else {
       fail_at(ln, fmt::format("the statement '{}' is not supported in chat templates", name));
     }
@@ -272,11 +282,17 @@ class Parser {
     while (!is_op(")")) {
       if (!s.params.empty()) expect_op(",");
       if (is_op(")")) break;
+      const int ln = line();
       std::string n = expect_name();
+      for (const auto& [other, d] : s.params) {
+        if (other == n) fail_at(ln, fmt::format("duplicate argument '{}'", n));
+      }
       ExprPtr def;
       if (is_op("=")) {
         ++i_;
         def = parse_expression(true);
+      } else if (!s.params.empty() && s.params.back().second) {
+        fail_at(ln, "non-default argument follows default argument");
       }
       s.params.emplace_back(std::move(n), std::move(def));
     }
@@ -622,6 +638,9 @@ class Parser {
       if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "=") {
         std::string n = next().text;
         ++i_;
+        for (const auto& [other, x] : e.kwargs) {
+          if (other == n) fail_at(line(), fmt::format("keyword argument repeated: {}", n));
+        }
         e.kwargs.emplace_back(std::move(n), parse_expression(true));
       } else {
         if (!e.kwargs.empty()) fail_at(line(), "a positional argument follows a keyword argument");
@@ -705,7 +724,8 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int depth_ = 0;
-  bool soft_ = false;  // unknown filters and tests fail when run, not now
+  int loop_depth_ = 0;  // for bodies around the statement being parsed: break needs one
+  bool soft_ = false;   // unknown filters and tests fail when run, not now
 };
 
 }  // namespace
