@@ -220,7 +220,12 @@ class Parser {
       parse_params(*s);
       expect_block_end();
       const int loops = std::exchange(loop_depth_, 0);  // a macro body is a function of its own
+      const auto reads = std::exchange(reads_, {});
       s->body = parse_body({"endmacro"}, &end);
+      s->catch_varargs = reads_.varargs;
+      s->catch_kwargs = reads_.kwargs;
+      // jinja2 counts a nested macro's reads for the outer one too.
+      reads_ = {reads.varargs || reads_.varargs, reads.kwargs || reads_.kwargs};
       loop_depth_ = loops;
       if (cur().type == Tok::Name && cur().text == s->name) ++i_;
     } else if (name == "call") {
@@ -230,7 +235,12 @@ class Parser {
       if (s->expr->kind != ExprKind::Call) fail_at(ln, "{% call %} needs a macro call");
       expect_block_end();
       const int loops = std::exchange(loop_depth_, 0);  // so is the caller's
+      const auto reads = std::exchange(reads_, {});
       s->body = parse_body({"endcall"}, &end);
+      s->catch_varargs = reads_.varargs;
+      s->catch_kwargs = reads_.kwargs;
+      // jinja2 counts a nested macro's reads for the outer one too.
+      reads_ = {reads.varargs || reads_.varargs, reads.kwargs || reads_.kwargs};
       loop_depth_ = loops;
     } else if (name == "filter") {
       s->kind = StmtKind::FilterBlock;
@@ -500,6 +510,8 @@ class Parser {
       } else {
         e->kind = ExprKind::Name;
         e->name = n;
+        reads_.varargs = reads_.varargs || n == "varargs";
+        reads_.kwargs = reads_.kwargs || n == "kwargs";
       }
       return e;
     }
@@ -725,7 +737,11 @@ class Parser {
   size_t i_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;  // for bodies around the statement being parsed: break needs one
-  bool soft_ = false;   // unknown filters and tests fail when run, not now
+  struct Reads {
+    bool varargs = false;
+    bool kwargs = false;
+  } reads_;            // names the innermost macro body read so far
+  bool soft_ = false;  // unknown filters and tests fail when run, not now
 };
 
 }  // namespace

@@ -293,6 +293,15 @@ class Renderer {
               local.vars[pname] = Value::undefined(pname);
             }
           }
+          // jinja2 takes extra arguments only into a macro that reads them.
+          const std::string who =
+              s.kind == StmtKind::Macro ? fmt::format("macro '{}'", s.name) : "caller";
+          if (a.pos.size() > s.params.size() && !s.catch_varargs) {
+            fail(fmt::format("{} takes not more than {} argument(s)", who, s.params.size()));
+          }
+          if (!a.kw.empty() && !s.catch_kwargs) {
+            fail(fmt::format("{} takes no keyword argument '{}'", who, a.kw[0].first));
+          }
           std::vector<Value> extra;
           for (size_t p = s.params.size(); p < a.pos.size(); ++p) extra.push_back(a.pos[p]);
           local.vars["varargs"] = Value::of_list(std::move(extra), true);
