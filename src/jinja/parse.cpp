@@ -280,6 +280,7 @@ class Parser {
     targets.push_back(expect_name());
     while (is_op(",")) {
       ++i_;
+      if (is_op("(")) fail_at(line(), "nested tuple targets (a, (b, c)) are not supported");
       if (cur().type != Tok::Name) break;
       targets.push_back(expect_name());
     }
