@@ -124,11 +124,15 @@ class Lexer {
     // jinja2's raw_begin takes `-%}` but not trim_blocks: a newline after
     // `{% raw %}` is the block's first character.
     if (strip) after_block_end(End::Strip);
+    // jinja2's line_starting for the block's text: the raw tag's match ended
+    // with a newline, which only `-%}` eating whitespace does.
+    const bool line_starting = pos_ > 0 && src_[pos_ - 1] == '\n';
     const int line = line_at(pos_);
     for (size_t q = src_.find("{%", pos_); q != std::string::npos; q = src_.find("{%", q + 2)) {
       size_t r = q + 2;
       const bool lstrip = r < src_.size() && src_[r] == '-';
-      if (lstrip || (r < src_.size() && src_[r] == '+')) ++r;
+      const bool keep = r < src_.size() && src_[r] == '+';
+      if (lstrip || keep) ++r;
       while (r < src_.size() && is_space(src_[r])) ++r;
       if (src_.compare(r, 6, "endraw") != 0) continue;
       r += 6;
@@ -142,6 +146,16 @@ class Lexer {
       std::string data = src_.substr(pos_, q - pos_);
       if (lstrip) {
         while (!data.empty() && is_space(data.back())) data.pop_back();
+      } else if (!keep) {
+        // lstrip_blocks holds for {% endraw %} too: blanks before it on its
+        // own line go.
+        const size_t nl = data.rfind('\n');
+        const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
+        if (l_pos > 0 || line_starting) {
+          bool blank = true;
+          for (size_t k = l_pos; k < data.size(); ++k) blank = blank && is_space(data[k]);
+          if (blank) data.resize(l_pos);
+        }
       }
       if (!data.empty()) out_.push_back({Tok::Data, std::move(data), line});
       pos_ = r + 2;
