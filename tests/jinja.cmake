@@ -29,3 +29,9 @@ add_test(NAME test_jinja_cases
                  --cases ${CMAKE_CURRENT_SOURCE_DIR}/jinja/cases
                  --skip-missing)
 set_tests_properties(test_jinja_cases PROPERTIES LABELS cli TIMEOUT 300 SKIP_RETURN_CODE 77)
+# Random whitespace-control templates (tests/jinja/random_ws.py: -/+ on every tag
+# kind, raw blocks, CRLF, trailing newlines), 300 for a fixed seed, against the oracle.
+add_test(NAME test_jinja_whitespace
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/jinja/random_ws.py
+                 --encore $<TARGET_FILE:encore> --count 300 --seed 1 --skip-missing)
+set_tests_properties(test_jinja_whitespace PROPERTIES LABELS cli TIMEOUT 300 SKIP_RETURN_CODE 77)
