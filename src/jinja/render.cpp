@@ -227,6 +227,7 @@ class Renderer {
     const auto n = static_cast<int64_t>(items.size());
     // loop.changed(*values)'s memory, shared by the iterations of this loop.
     auto last_changed = std::make_shared<std::optional<Value>>();
+    bool completed = false;
     for (int64_t k = 0; k < n; ++k) {
       step();
       Scope inner;
@@ -261,9 +262,14 @@ class Renderer {
                }));
       inner.vars["loop"] = Value::of_namespace(std::move(loop));
       assign(inner, s.targets, items[static_cast<size_t>(k)]);
-      if (exec_body(s.body, inner) == Flow::Break) break;
+      const Flow f = exec_body(s.body, inner);
+      if (f == Flow::Break) break;
+      completed = completed || f == Flow::Normal;
     }
-    if (n == 0 && !s.else_body.empty()) return exec_body(s.else_body, scope);
+    // jinja2 clears its "no iteration" flag at the end of a body: the else
+    // runs unless some iteration got there (a break or continue in every
+    // iteration that ran leaves it set).
+    if (!completed && !s.else_body.empty()) return exec_body(s.else_body, scope);
     return Flow::Normal;
   }
 
