@@ -50,7 +50,9 @@ int real_depth(const Value& v, const Dict* self, std::unordered_map<const void*,
     fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
   }
   if (v.kind == Kind::Func)
-    fail("keeping a bound method of a value holding a namespace is not supported");
+    fail(
+        "a function holding a namespace (a bound method, a macro defined in a loop) kept in a "
+        "namespace is not supported");
   if (v.kind == Kind::Namespace && v.dict.get() == self)
     fail("a namespace holding itself is not supported");
   const void* key = v.kind == Kind::List ? static_cast<const void*>(v.list.get()) : v.dict.get();

@@ -89,12 +89,15 @@ class Renderer {
   }
 
   // Renders `body` into a string of its own.
-  Str capture(const Body& body, Scope& scope) {
+  // `flow`: how the body ended (a break or continue inside a set or filter
+  // block leaves the loop iteration, as in jinja2).
+  Str capture(const Body& body, Scope& scope, Flow* flow = nullptr) {
     Str buf;
     Str* saved = out_;
     out_ = &buf;
     try {
-      exec_body(body, scope);
+      const Flow f = exec_body(body, scope);
+      if (flow) *flow = f;
     } catch (...) {
       out_ = saved;
       throw;
@@ -163,14 +166,28 @@ class Renderer {
       }
       case StmtKind::SetBlock: {
         Nest nest(*this);
-        Value v = Value::string(capture(s.body, scope));
+        Flow flow = Flow::Normal;
+        Value v = Value::string(capture(s.body, scope, &flow));
+        if (flow != Flow::Normal) return flow;  // the set never happens
         if (s.expr) v = filter_chain(*s.expr, std::move(v), scope);
         scope.vars[s.targets[0]] = std::move(v);
         return Flow::Normal;
       }
-      case StmtKind::Macro:
-        scope.vars[s.name] = make_macro(s, nullptr);
+      case StmtKind::Macro: {
+        // A macro defined inside a loop, with or a call block sees the
+        // variables there (loop, the loop variable): jinja2's macros are
+        // closures. They are copied, so the macro may outlive the scope.
+        std::shared_ptr<Scope> closure;
+        if (&scope != root_) {
+          closure = std::make_shared<Scope>();
+          closure->parent = root_;
+          for (const Scope* at = &scope; at && at != root_; at = at->parent) {
+            for (const auto& [k, v] : at->vars) closure->vars.emplace(k, v);
+          }
+        }
+        scope.vars[s.name] = make_macro(s, nullptr, 0, closure);
         return Flow::Normal;
+      }
       case StmtKind::CallBlock: {
         // The caller reads this block's scope: it may run only while the
         // block does (a caller kept in a namespace and called later fails).
@@ -188,7 +205,9 @@ class Renderer {
       }
       case StmtKind::FilterBlock: {
         Nest nest(*this);
-        Value v = Value::string(capture(s.body, scope));
+        Flow flow = Flow::Normal;
+        Value v = Value::string(capture(s.body, scope, &flow));
+        if (flow != Flow::Normal) return flow;  // nothing is written
         emit(to_str(filter_chain(*s.expr, std::move(v), scope)));
         return Flow::Normal;
       }
@@ -275,12 +294,21 @@ class Renderer {
 
   // A macro (or a call block's caller) as a function value. Macros run over
   // the template's top-level scope; a caller over the scope of its block.
-  Value make_macro(const Stmt& s, Scope* parent, uint64_t caller_id = 0) {
-    Scope* base = parent ? parent : root_;
+  Value make_macro(const Stmt& s, Scope* parent, uint64_t caller_id = 0,
+                   std::shared_ptr<Scope> closure = nullptr) {
+    Scope* base = closure ? closure.get() : parent ? parent : root_;
     const std::string name = s.kind == StmtKind::Macro ? s.name : "caller";
+    // What the closure holds counts as held by the function (its depth, a
+    // namespace in it: storing the macro in that namespace would be a cycle).
+    Value held;
+    if (closure) {
+      std::vector<Value> vars;
+      for (const auto& [k, v] : closure->vars) vars.push_back(v);
+      held = Value::of_list(std::move(vars));
+    }
     return Value::function(
         name,
-        [this, &s, base, caller_id](Args& a) -> Value {
+        [this, &s, base, caller_id, closure](Args& a) -> Value {
           if (caller_id && std::find(live_callers_.begin(), live_callers_.end(), caller_id) ==
                                live_callers_.end()) {
             fail("caller() called after its {% call %} block ended");
@@ -288,6 +316,9 @@ class Renderer {
           Nest nest(*this);
           Scope local;
           local.parent = base;
+          // The closure does not hold the macro itself (a cycle): a fresh
+          // value of it, for recursion.
+          if (closure) local.vars[s.name] = make_macro(s, nullptr, 0, closure);
           size_t k = 0;
           for (const auto& [pname, def] : s.params) {
             std::optional<Value> v = a.take(k++, pname);
@@ -320,7 +351,7 @@ class Renderer {
           line_ = saved_line;
           return Value::string(std::move(out));
         },
-        /*macro=*/true);
+        /*macro=*/true, closure ? &held : nullptr);
   }
 
   Value filter_chain(const Expr& e, Value input, Scope& scope) {
