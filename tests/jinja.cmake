@@ -35,3 +35,10 @@ add_test(NAME test_jinja_whitespace
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/jinja/random_ws.py
                  --encore $<TARGET_FILE:encore> --count 300 --seed 1 --skip-missing)
 set_tests_properties(test_jinja_whitespace PROPERTIES LABELS cli TIMEOUT 300 SKIP_RETURN_CODE 77)
+# Random statement templates (nested for/else, loop filters, break/continue, if, set,
+# block set, namespaces, with, macros anywhere) over cases/context.json.
+add_test(NAME test_jinja_statements
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/jinja/random_ws.py
+                 --encore $<TARGET_FILE:encore> --kind statements --count 300 --seed 1
+                 --skip-missing)
+set_tests_properties(test_jinja_statements PROPERTIES LABELS cli TIMEOUT 300 SKIP_RETURN_CODE 77)
