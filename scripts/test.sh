@@ -38,7 +38,7 @@ if [ "$fuzz_seconds" != "0" ]; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state \
-    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds fuzz_http_reader fuzz_audit
+    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds fuzz_http_reader fuzz_audit fuzz_jinja
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
   echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
   tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
@@ -96,6 +96,15 @@ SEEDS
   rm "$audit_corpus/log" "$audit_corpus/requests.jsonl" "$audit_corpus/out"
   build-fuzz/bin/fuzz_audit -max_total_time=$((fuzz_seconds / 4)) -max_len=16384 -timeout=10 \
     -rss_limit_mb=2048 -artifact_prefix="$audit_corpus/" "$audit_corpus"
+  echo "== libFuzzer: chat templates for $((fuzz_seconds / 4))s"
+  jinja_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-jinja.XXXXXX")
+  # Seeds: the real chat templates (shared data) and the synthetic edge cases.
+  if [ -d "$shared/testdata/chat_templates" ]; then
+    cp "$shared"/testdata/chat_templates/*.jinja "$jinja_corpus/"
+  fi
+  for f in tests/jinja/cases/*.jinja; do cp "$f" "$jinja_corpus/case-$(basename "$f")"; done
+  build-fuzz/bin/fuzz_jinja -max_total_time=$((fuzz_seconds / 4)) -max_len=65536 -timeout=10 \
+    -rss_limit_mb=2048 -artifact_prefix="$jinja_corpus/" "$jinja_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

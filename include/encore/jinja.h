@@ -18,13 +18,17 @@
 // varargs, kwargs, caller), call, filter, with, raw, break, continue and
 // transformers' {% generation %}; expressions with Python's operators,
 // literals, slices, filters and tests. Anything else is refused when the
-// template is parsed, with its line ("chat template line 12: unknown filter
-// 'from_json'"), as Jinja2 refuses an unknown filter.
+// template is parsed, with its line ("chat template line 12: no filter named
+// 'from_json'"), as Jinja2 refuses an unknown filter; jinja2's filters that no
+// chat template uses (batch, center, format, random ...) and integers past 64
+// bits are refused as "not supported".
 //
 // Determinism: dicts keep their insertion order (JSON objects their key
 // order); no locale is consulted; strftime_now reads the clock given in
 // RenderOptions, never the system's. Bounded: output bytes, call depth and
-// evaluation steps (RenderOptions::limits) end a render with an error.
+// evaluation steps (RenderOptions::limits) end a render with an error, and so
+// do values nested over 256 deep, lists over 1M items, strings over 64 MiB
+// and a namespace that would hold itself.
 //
 // Special tokens: every string that comes from the context (message content,
 // roles, tool definitions ...) is marked as content, and the marks follow it

@@ -83,6 +83,10 @@ struct Stmt {
   std::vector<std::pair<std::string, ExprPtr>> params;
   Body body;
   Body else_body;
+  // Macro, CallBlock: whether the body reads `varargs` / `kwargs`; jinja2's
+  // macros take extra positional / keyword arguments only then.
+  bool catch_varargs = false;
+  bool catch_kwargs = false;
 };
 
 }  // namespace encore::jinja

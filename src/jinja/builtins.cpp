@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <ctime>
 
 #include "jinja/ast.h"
 #include "jinja/text.h"
@@ -15,14 +15,20 @@ namespace encore::jinja {
 
 namespace {
 
-constexpr size_t kMaxRange = 1'000'000;
-
 const char* const kFilters[] = {
     "abs",     "attr",    "capitalize", "count",  "d",      "default",    "dictsort", "e",
     "escape",  "first",   "float",      "indent", "int",    "items",      "join",     "last",
     "length",  "list",    "lower",      "map",    "max",    "min",        "reject",   "rejectattr",
     "replace", "reverse", "round",      "safe",   "select", "selectattr", "sort",     "string",
     "sum",     "title",   "tojson",     "trim",   "unique", "upper",      "wordcount"};
+
+// Jinja2's other built-in filters. A template may name them (jinja2 knows
+// them when it compiles), but running one is refused: none of the real chat
+// templates uses them, and random (nondeterministic), pprint or urlize have
+// no place in a prompt.
+const char* const kUnsupportedFilters[] = {
+    "batch", "center",    "filesizeformat", "forceescape", "format", "groupby",  "pprint", "random",
+    "slice", "striptags", "truncate",       "urlencode",   "urlize", "wordwrap", "xmlattr"};
 
 const char* const kTests[] = {
     "boolean", "callable", "defined",  "divisibleby", "eq",       "equalto", "escaped",
@@ -112,28 +118,70 @@ Str html_escape(const Str& s) {
   return s.derived(std::move(out));
 }
 
-Value to_int(const Value& v, const Value& def) {
+// Python's float(t) of a stripped string: strtod also reads hex ("0x1A")
+// and "nan(...)", which Python refuses.
+bool py_float(const std::string& t, double* out) {
+  if (t.empty() || t.find_first_of("xXpP()") != std::string::npos) return false;
+  try {
+    size_t used = 0;
+    const double d = std::stod(t, &used);
+    if (used != t.size()) return false;
+    *out = d;
+    return true;
+  } catch (const std::exception&) {
+    return false;  // not a number; out of range (1e999 is inf in Python: rare enough)
+  }
+}
+
+// A float's integer part; Python's int() would go past 64 bits, which a
+// chat template's integers do not.
+Value float_to_int(double d) {
+  if (std::fabs(d) >= 9223372036854775808.0) {
+    fail("integer overflow: integers beyond 64 bits are not supported");
+  }
+  return Value::integer(static_cast<int64_t>(d));
+}
+
+// jinja2's int filter: int(value, base) for a string, else int(value); then
+// int(float(value)); else the default.
+Value to_int(const Value& v, const Value& def, int base) {
   switch (v.kind) {
     case Kind::Int:
       return v;
     case Kind::Bool:
       return Value::integer(v.b);
     case Kind::Float:
-      if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return def;
-      return Value::integer(static_cast<int64_t>(v.f));
+      if (std::isnan(v.f)) return def;
+      if (std::isinf(v.f)) fail("cannot convert float infinity to integer");
+      return float_to_int(v.f);
     case Kind::Str: {
       std::string t = py_strip(v.s, nullptr, true, true).text;
       t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
-      try {
-        size_t used = 0;
-        const long long i = std::stoll(t, &used, 10);
-        if (used == t.size()) return Value::integer(i);
-        const double d = std::stod(t, &used);
-        if (used == t.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) {
-          return Value::integer(static_cast<int64_t>(d));
+      // Python takes a 0x / 0o / 0b prefix that matches the base (base 0:
+      // any, else decimal); strtoll knows only 0x.
+      std::string digits = t;
+      const size_t sign = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;
+      if (t.size() > sign + 2 && t[sign] == '0') {
+        const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(t[sign + 1])));
+        const int prefixed = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+        if (prefixed && (base == 0 || base == prefixed)) {
+          digits = t.substr(0, sign) + t.substr(sign + 2);
+          base = prefixed;
         }
-      } catch (const std::exception&) {
       }
+      if (base == 0) base = 10;
+      if (!digits.empty() && !std::isspace(static_cast<unsigned char>(digits[sign])) && base >= 2 &&
+          base <= 36) {
+        errno = 0;
+        char* end = nullptr;
+        const long long i = std::strtoll(digits.c_str(), &end, base);
+        if (end == digits.c_str() + digits.size() && end != digits.c_str() + sign) {
+          if (errno == ERANGE) fail("integer overflow: integers beyond 64 bits are not supported");
+          return Value::integer(i);
+        }
+      }
+      double d = 0;
+      if (py_float(t, &d) && std::isfinite(d)) return float_to_int(d);
       return def;
     }
     default:
@@ -146,6 +194,10 @@ Value indent(const Value& v, Args& a) {
   const bool first = truthy(arg_or(a, 1, "first", Value::boolean(false)));
   const bool blank = truthy(arg_or(a, 2, "blank", Value::boolean(false)));
   a.done("indent", 3);
+  // jinja2's do_indent starts with `s += "\n"`: only a string takes it.
+  if (!v.is_string()) {
+    fail(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
+  }
   const std::string pad =
       width.is_string()
           ? width.s.text
@@ -214,7 +266,9 @@ Value min_max(const Value& v, Args& a, bool want_max) {
 
 namespace detail {
 bool known_filter(std::string_view name) {
-  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
+  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters) ||
+         std::find(std::begin(kUnsupportedFilters), std::end(kUnsupportedFilters), name) !=
+             std::end(kUnsupportedFilters);
 }
 bool known_test(std::string_view name) {
   return std::find(std::begin(kTests), std::end(kTests), name) != std::end(kTests);
@@ -223,6 +277,10 @@ bool known_test(std::string_view name) {
 
 Value apply_filter(std::string_view name, const Value& v, Args& a) {
   const std::string n(name);
+  if (std::find(std::begin(kUnsupportedFilters), std::end(kUnsupportedFilters), n) !=
+      std::end(kUnsupportedFilters)) {
+    fail(fmt::format("the filter '{}' is not supported in chat templates", n));
+  }
   if (n == "tojson") return tojson(v, a);
   if (n == "indent") return indent(v, a);
   if (n == "default" || n == "d") {
@@ -313,14 +371,14 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (v.is_string()) {
       return slice(v, Value::none(), Value::none(), Value::integer(-1));
     }
-    if (v.is_iter()) fail("'generator' object is not reversible");
+    // A generator is not reversible: jinja2 then reverses list(value).
     std::vector<Value> items = iterate(v);
     std::reverse(items.begin(), items.end());
     return Value::of_iter(std::move(items));
   }
   if (n == "items") {
     a.done(n, 0);
-    if (v.is_undefined()) return Value::of_list({});
+    if (v.is_undefined()) return Value::of_iter({});  // a generator in jinja2 too
     if (v.kind != Kind::Dict) fail("Can only get item pairs from a mapping.");
     std::vector<Value> out;
     for (const auto& [k, x] : v.dict->items) out.push_back(Value::of_list({k, x}, true));
@@ -346,24 +404,43 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     const bool cs = truthy(arg_or(a, 1, "case_sensitive", Value::boolean(false)));
     const Value attr = arg_or(a, 2, "attribute", Value::none());
     a.done(n, 3);
-    std::vector<Value> items = iterate(v);
-    auto key = [&](const Value& x) {
-      return sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
+    // The keys once each, then a stable sort of (key, item).
+    std::vector<std::pair<Value, Value>> keyed;
+    for (Value& x : iterate(v)) {
+      Value k = sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
+      keyed.emplace_back(std::move(k), std::move(x));
+    }
+    // With an attribute jinja2 compares lists of keys ([k] < [k2]), which
+    // tests == first: two missing attributes are equal, not an error.
+    auto lt = [&](const Value& l, const Value& r) {
+      if (attr.is_string() && l.is_undefined() && r.is_undefined()) return false;
+      return less(l, r);
     };
-    std::stable_sort(items.begin(), items.end(), [&](const Value& l, const Value& r) {
-      return rev ? less(key(r), key(l)) : less(key(l), key(r));
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& l, const auto& r) {
+      return rev ? lt(r.first, l.first) : lt(l.first, r.first);
     });
+    std::vector<Value> items;
+    for (auto& [k, x] : keyed) items.push_back(std::move(x));
     return Value::of_list(std::move(items));
   }
   if (n == "unique") {
     const bool cs = truthy(arg_or(a, 0, "case_sensitive", Value::boolean(false)));
     const Value attr = arg_or(a, 1, "attribute", Value::none());
     a.done(n, 2);
-    std::vector<Value> out, seen;
+    // A set of the keys seen, as jinja2's: one lookup per item (not a scan
+    // of all the others), and a list or dict key is unhashable, as in Python.
+    std::vector<Value> out;
+    Dict seen;
+    bool seen_undefined = false;  // jinja2's Undefined hashes and compares as one value
     for (const Value& x : iterate(v)) {
-      const Value k = sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
-      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
-        seen.push_back(k);
+      Value k = sort_key(attr.is_string() ? attr_path(x, attr.s.text) : x, cs);
+      if (k.is_undefined()) {
+        if (!seen_undefined) out.push_back(x);
+        seen_undefined = true;
+        continue;
+      }
+      if (!seen.find(k)) {
+        seen.set(std::move(k), Value::none());
         out.push_back(x);
       }
     }
@@ -397,10 +474,15 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
   }
   if (n == "select" || n == "reject") return select(v, a, false, n == "select");
   if (n == "selectattr" || n == "rejectattr") return select(v, a, true, n == "selectattr");
+  if ((n == "int" || n == "float") && v.is_undefined()) {
+    fail(undefined_message(v));  // int(Undefined) raises in jinja2, unlike int('x')
+  }
   if (n == "int") {
     const Value def = arg_or(a, 0, "default", Value::integer(0));
+    const Value base = arg_or(a, 1, "base", Value::integer(10));
     a.done(n, 2);
-    return to_int(v, def);
+    return to_int(
+        v, def, base.kind == Kind::Int ? static_cast<int>(std::clamp<int64_t>(base.i, 0, 37)) : 10);
   }
   if (n == "float") {
     const Value def = arg_or(a, 0, "default", Value::number(0.0));
@@ -408,13 +490,10 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (v.kind == Kind::Float) return v;
     if (v.is_number()) return Value::number(static_cast<double>(v.kind == Kind::Bool ? v.b : v.i));
     if (v.is_string()) {
-      try {
-        size_t used = 0;
-        const std::string t = py_strip(v.s, nullptr, true, true).text;
-        const double d = std::stod(t, &used);
-        if (used == t.size()) return Value::number(d);
-      } catch (const std::exception&) {
-      }
+      std::string t = py_strip(v.s, nullptr, true, true).text;
+      t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
+      double d = 0;
+      if (py_float(t, &d)) return Value::number(d);
     }
     return def;
   }
@@ -423,7 +502,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (v.kind == Kind::Float) return Value::number(std::fabs(v.f));
     if (v.is_number()) {
       const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
-      if (i == INT64_MIN) fail("integer overflow");
+      if (i == INT64_MIN) fail("integer overflow: integers beyond 64 bits are not supported");
       return Value::integer(i < 0 ? -i : i);
     }
     fail(fmt::format("bad operand type for abs(): '{}'", type_name(v)));
@@ -435,8 +514,23 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (!v.is_number()) fail("round needs a number");
     const double x =
         v.kind == Kind::Float ? v.f : static_cast<double>(v.kind == Kind::Bool ? v.b : v.i);
-    const double m = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(prec.i, -30, 30)));
+    const int digits = static_cast<int>(std::clamp<int64_t>(prec.i, -30, 30));
     const std::string how = method.is_string() ? method.s.text : "common";
+    if (how != "common" && how != "ceil" && how != "floor") {
+      fail("method must be 'common', 'ceil' or 'floor'");
+    }
+    if (how == "common") {
+      // Python's round(x, n): an int stays an int (n >= 0), a float is
+      // rounded on its exact binary value, ties to even: printf's %.nf is
+      // exactly that, and reading it back gives the nearest double as
+      // Python's does.
+      if (v.kind != Kind::Float && digits >= 0)
+        return Value::integer(v.kind == Kind::Bool ? v.b : v.i);
+      if (digits >= 0 && std::isfinite(x)) {
+        return Value::number(std::strtod(fmt::format("{:.{}f}", x, digits).c_str(), nullptr));
+      }
+    }
+    const double m = std::pow(10.0, static_cast<double>(digits));
     const double r = how == "ceil"    ? std::ceil(x * m)
                      : how == "floor" ? std::floor(x * m)
                                       : std::nearbyint(x * m);
@@ -448,7 +542,20 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     a.done(n, 2);
     for (const Value& x : iterate(v)) {
       const Value y = attr.is_string() ? attr_path(x, attr.s.text) : x;
-      if (!y.is_number() || !total.is_number()) fail("sum needs numbers");
+      if (total.is_list() && y.is_list() && !total.is_iter() && !y.is_iter()) {
+        // Python's sum adds with +: lists concatenate (sum(ls, start=[])).
+        std::vector<Value> items = total.list->items;
+        if (items.size() + y.list->items.size() > kMaxListItems) {
+          fail(fmt::format("a list of more than {} items", kMaxListItems));
+        }
+        items.insert(items.end(), y.list->items.begin(), y.list->items.end());
+        total = Value::of_list(std::move(items), total.list->tuple);
+        continue;
+      }
+      if (!y.is_number() || !total.is_number()) {
+        fail(fmt::format("unsupported operand type(s) for +: '{}' and '{}'", type_name(total),
+                         type_name(y)));
+      }
       if (total.kind == Kind::Float || y.kind == Kind::Float) {
         auto d = [](const Value& q) {
           return q.kind == Kind::Float ? q.f
@@ -458,7 +565,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
       } else {
         int64_t out;
         if (__builtin_add_overflow(total.i, y.kind == Kind::Bool ? int64_t{y.b} : y.i, &out)) {
-          fail("integer overflow");
+          fail("integer overflow: integers beyond 64 bits are not supported");
         }
         total = Value::integer(out);
       }
@@ -474,11 +581,15 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
   }
   if (n == "wordcount") {
     a.done(n, 0);
+    // jinja2 counts matches of \w+: runs of str.isalnum() characters and '_'
+    // (an emoji is not one: '😀a🎉b' is two words).
     const Str s = to_str(v);
+    const std::vector<size_t> offs = code_point_offsets(s.text);
     int64_t words = 0;
     bool in = false;
-    for (unsigned char c : s.text) {
-      const bool w = std::isalnum(c) || c == '_' || c >= 0x80;
+    for (size_t k = 0; k + 1 < offs.size(); ++k) {
+      const std::string_view c(s.text.data() + offs[k], offs[k + 1] - offs[k]);
+      const bool w = c == "_" || py_is(c, "isalnum");
       if (w && !in) ++words;
       in = w;
     }
@@ -511,15 +622,35 @@ bool apply_test(std::string_view name, const Value& v, Args& a) {
     return v.is_undefined() || v.is_string() || v.is_list() || v.kind == Kind::Dict;
   if (n == "callable") return v.kind == Kind::Func;
   if (n == "escaped") return false;
+  // jinja2: value % 2 == 1, value % 2 == 0, value % num == 0, with Python's
+  // % (floats too: 2.5 is neither odd nor even, -0.0 is even).
+  auto py_fmod = [](double a, double b) {
+    double m = std::fmod(a, b);
+    if (m != 0 && ((m < 0) != (b < 0))) m += b;
+    return m;
+  };
+  if ((n == "odd" || n == "even") && v.kind == Kind::Float) {
+    return py_fmod(v.f, 2.0) == (n == "odd" ? 1.0 : 0.0);
+  }
   if (n == "odd" || n == "even") {
-    if (v.kind != Kind::Int && v.kind != Kind::Bool) fail(fmt::format("{} needs an integer", n));
+    if (v.kind != Kind::Int && v.kind != Kind::Bool) {
+      fail(fmt::format("unsupported operand type(s) for %: '{}' and 'int'", type_name(v)));
+    }
     const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
     return (i % 2 != 0) == (n == "odd");
   }
   if (n == "divisibleby") {
     const Value d = other();
-    if (!v.is_number() || !d.is_number() || d.kind == Kind::Float || v.kind == Kind::Float) {
-      fail("divisibleby needs integers");
+    if (v.is_number() && d.is_number() && (d.kind == Kind::Float || v.kind == Kind::Float)) {
+      auto dbl = [](const Value& x) {
+        return x.kind == Kind::Float ? x.f : static_cast<double>(x.kind == Kind::Bool ? x.b : x.i);
+      };
+      if (dbl(d) == 0) fail("float modulo");
+      return py_fmod(dbl(v), dbl(d)) == 0;
+    }
+    if (!v.is_number() || !d.is_number()) {
+      fail(fmt::format("unsupported operand type(s) for %: '{}' and '{}'", type_name(v),
+                       type_name(d)));
     }
     const int64_t x = v.kind == Kind::Bool ? v.b : v.i, y = d.kind == Kind::Bool ? d.b : d.i;
     if (y == 0) fail("integer division or modulo by zero");
@@ -569,118 +700,34 @@ bool apply_test(std::string_view name, const Value& v, Args& a) {
   fail(fmt::format("no test named '{}'", n));
 }
 
-std::string strftime_utc(std::string_view fmt_s, int64_t unix_seconds) {
-  static const char* const kDays[] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
-                                      "Thursday", "Friday", "Saturday"};
-  static const char* const kMonths[] = {"January",   "February", "March",    "April",
-                                        "May",       "June",     "July",     "August",
-                                        "September", "October",  "November", "December"};
-  const auto t = static_cast<time_t>(unix_seconds);
-  std::tm tm{};
-  if (!gmtime_r(&t, &tm)) fail("strftime_now: the clock is out of range");
-  std::string out;
-  for (size_t i = 0; i < fmt_s.size(); ++i) {
-    if (fmt_s[i] != '%' || i + 1 >= fmt_s.size()) {
-      out += fmt_s[i];
-      continue;
-    }
-    char c = fmt_s[++i];
-    bool pad = true;
-    if (c == '-' && i + 1 < fmt_s.size()) {
-      pad = false;
-      c = fmt_s[++i];
-    }
-    auto num = [&](int v, int width) {
-      out += pad ? fmt::format("{:0{}d}", v, width) : std::to_string(v);
-    };
-    switch (c) {
-      case 'a':
-        out += std::string(kDays[tm.tm_wday]).substr(0, 3);
-        break;
-      case 'A':
-        out += kDays[tm.tm_wday];
-        break;
-      case 'b':
-      case 'h':
-        out += std::string(kMonths[tm.tm_mon]).substr(0, 3);
-        break;
-      case 'B':
-        out += kMonths[tm.tm_mon];
-        break;
-      case 'd':
-        num(tm.tm_mday, 2);
-        break;
-      case 'e':
-        out += pad ? fmt::format("{:2d}", tm.tm_mday) : std::to_string(tm.tm_mday);
-        break;
-      case 'm':
-        num(tm.tm_mon + 1, 2);
-        break;
-      case 'Y':
-        out += std::to_string(tm.tm_year + 1900);
-        break;
-      case 'y':
-        num(tm.tm_year % 100, 2);
-        break;
-      case 'H':
-        num(tm.tm_hour, 2);
-        break;
-      case 'I':
-        num(tm.tm_hour % 12 == 0 ? 12 : tm.tm_hour % 12, 2);
-        break;
-      case 'M':
-        num(tm.tm_min, 2);
-        break;
-      case 'S':
-        num(tm.tm_sec, 2);
-        break;
-      case 'p':
-        out += tm.tm_hour < 12 ? "AM" : "PM";
-        break;
-      case 'j':
-        num(tm.tm_yday + 1, 3);
-        break;
-      case 'w':
-        out += std::to_string(tm.tm_wday);
-        break;
-      case 'u':
-        out += std::to_string(tm.tm_wday == 0 ? 7 : tm.tm_wday);
-        break;
-      case 'Z':
-        out += "UTC";
-        break;
-      case 'z':
-        out += "+0000";
-        break;
-      case 'F':
-        out += fmt::format("{}-{:02d}-{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
-        break;
-      case 'T':
-        out += fmt::format("{:02d}:{:02d}:{:02d}", tm.tm_hour, tm.tm_min, tm.tm_sec);
-        break;
-      case '%':
-        out += '%';
-        break;
-      default:
-        fail(fmt::format("strftime_now: the format %{} is not supported", c));
-    }
-  }
-  return out;
-}
-
 Dict make_globals(int64_t now_unix_seconds) {
   Dict g;
   g.set(Str("namespace"), Value::function("namespace", [](Args& a) {
           Dict d;
           for (const Value& p : a.pos) {
             if (p.kind != Kind::Dict) fail("namespace() takes keyword arguments or a dict");
-            for (const auto& [k, v] : p.dict->items) d.set(k, v);
+            for (const auto& [k, v] : p.dict->items) {
+              if (!k.is_string()) fail("namespace() keywords must be strings");
+              d.set_in_namespace(k.s, v);
+            }
           }
-          for (auto& [k, v] : a.kw) d.set(Str(k), std::move(v));
+          for (auto& [k, v] : a.kw) d.set_in_namespace(Str(k), std::move(v));
           return Value::of_namespace(std::move(d));
         }));
   g.set(Str("dict"), Value::function("dict", [](Args& a) {
+          // dict(mapping or pairs, **kwargs), as Python's dict().
+          if (a.pos.size() > 1) fail("dict expected at most 1 argument");
           Dict d;
+          if (!a.pos.empty() && a.pos[0].is_mapping()) {
+            d = *a.pos[0].dict;
+          } else if (!a.pos.empty()) {
+            for (const Value& pair : iterate(a.pos[0])) {
+              if (!pair.is_list() || pair.list->items.size() != 2) {
+                fail("dictionary update sequence element has the wrong length; 2 is required");
+              }
+              d.set(pair.list->items[0], pair.list->items[1]);
+            }
+          }
           for (auto& [k, v] : a.kw) d.set(Str(k), std::move(v));
           return Value::of_dict(std::move(d));
         }));
@@ -695,12 +742,23 @@ Dict make_globals(int64_t now_unix_seconds) {
           const int64_t start = p.size() > 1 ? p[0] : 0, stop = p.size() > 1 ? p[1] : p[0];
           const int64_t step = p.size() > 2 ? p[2] : 1;
           if (step == 0) fail("range() arg 3 must not be zero");
-          std::vector<Value> out;
-          for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-            if (out.size() >= kMaxRange) fail("range() too large for a chat template");
-            out.push_back(Value::integer(k));
+          // The count first, in 128 bits: stepping k itself past INT64_MAX
+          // would overflow (range(0, 2**62 * 2 - 1, 2**62)).
+          using Wide = __int128;
+          const Wide span = step > 0 ? Wide{stop} - start : Wide{start} - stop;
+          const Wide stride = step > 0 ? Wide{step} : -Wide{step};
+          const Wide count = span > 0 ? (span - 1) / stride + 1 : 0;
+          if (count > static_cast<Wide>(kMaxListItems)) {
+            fail(fmt::format("range() of more than {} numbers", kMaxListItems));
           }
-          return Value::of_list(std::move(out));
+          std::vector<Value> out;
+          out.reserve(static_cast<size_t>(count));
+          for (Wide k = 0; k < count; ++k) {
+            out.push_back(Value::integer(static_cast<int64_t>(start + k * step)));
+          }
+          return Value::of_view(std::move(out),
+                                p.size() > 2 ? fmt::format("range({}, {}, {})", start, stop, step)
+                                             : fmt::format("range({}, {})", start, stop));
         }));
   g.set(Str("raise_exception"), Value::function("raise_exception", [](Args& a) -> Value {
           fail(std::string(kRaisePrefix) + (a.pos.empty() ? "" : to_str(a.pos[0]).text));

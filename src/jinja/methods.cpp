@@ -32,12 +32,6 @@ int64_t want_int(const Value& v, std::string_view what) {
   fail(fmt::format("{} must be an integer, not {}", what, type_name(v)));
 }
 
-// The byte offset of code point `cp` in s (s.size() past the end).
-size_t byte_at(const std::vector<size_t>& offs, int64_t cp) {
-  return offs[static_cast<size_t>(
-      std::clamp<int64_t>(cp, 0, static_cast<int64_t>(offs.size()) - 1))];
-}
-
 // Python's s.split(sep, maxsplit), s.rsplit when `reverse`.
 Value split(const Str& s, const std::optional<Value>& sep_v, int64_t maxsplit, bool reverse) {
   std::vector<Value> parts;
@@ -56,19 +50,19 @@ Value split(const Str& s, const std::optional<Value>& sep_v, int64_t maxsplit, b
       while (k < n && !space_at(k)) ++k;
       words.emplace_back(offs[b], offs[k]);
     }
-    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit + 1) {
-      // The last (or, reversed, first) part keeps the rest, trimmed only on its outer side.
+    if (maxsplit >= 0 && static_cast<int64_t>(words.size()) > maxsplit) {
+      // The last (or, reversed, first) part is the rest of the string as it
+      // stands: from its first word to the end, whitespace and all
+      // ('  x y  '.split(None, 1) is ['x', 'y  ']).
       if (!reverse) {
         const size_t from = words[static_cast<size_t>(maxsplit)].first;
-        size_t to = t.size();
-        while (to > from && is_space_byte(t[to - 1])) --to;
+        const size_t to = t.size();
         words.resize(static_cast<size_t>(maxsplit));
         words.emplace_back(from, to);
       } else {
         const size_t cut = words.size() - static_cast<size_t>(maxsplit);
         const size_t to = words[cut - 1].second;
-        size_t from = 0;
-        while (from < to && is_space_byte(t[from])) ++from;
+        const size_t from = 0;
         std::vector<std::pair<size_t, size_t>> kept{{from, to}};
         kept.insert(kept.end(), words.begin() + static_cast<long>(cut), words.end());
         words = std::move(kept);
@@ -141,7 +135,10 @@ Value format(const Str& s, const Args& a) {
     }
     const Value* v = nullptr;
     if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
-      const size_t k = field.empty() ? auto_index++ : std::stoul(field);
+      // Nine digits at most: stoul would throw past its range.
+      const size_t k = field.empty()      ? auto_index++
+                       : field.size() > 9 ? a.pos.size()
+                                          : std::stoul(field);
       if (k >= a.pos.size()) fail("Replacement index out of range for positional args tuple");
       v = &a.pos[k];
     } else {
@@ -185,10 +182,14 @@ Value str_method(const Value& self, const std::string& name, Args& a) {
     return Value::of_list(std::move(lines));
   }
   if (name == "startswith" || name == "endswith") {
-    const auto x = arg(0, "prefix");
-    a.done(name, 1);
+    const auto x = arg(0, "prefix"), start = arg(1, "start"), end = arg(2, "end");
+    a.done(name, 3);
     if (!x) fail(fmt::format("{}() takes at least 1 argument", name));
-    return Value::boolean(affix(s, *x, name == "startswith"));
+    if (!start && !end) return Value::boolean(affix(s, *x, name == "startswith"));
+    // s[start:end] (code points, Python's slice rules), then the test.
+    const Value part = slice(Value::string(s), start ? *start : Value::none(),
+                             end ? *end : Value::none(), Value::none());
+    return Value::boolean(affix(part.s, *x, name == "startswith"));
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" ||
       name == "casefold" || name == "swapcase") {
@@ -270,7 +271,8 @@ bool is_str_method(std::string_view n) {
 
 Value bound(const Value& self, std::string name,
             Value (*method)(const Value&, const std::string&, Args&)) {
-  return Value::function(name, [self, name, method](Args& a) { return method(self, name, a); });
+  return Value::function(
+      name, [self, name, method](Args& a) { return method(self, name, a); }, false, &self);
 }
 
 Value list_method(const Value& self, const std::string& name, Args& a) {
@@ -308,7 +310,7 @@ Value dict_method(const Value& self, const std::string& name, Args& a) {
     }
   }
   if (name == "copy") return self;
-  return Value::of_list(std::move(out));
+  return Value::of_view(std::move(out), "dict_" + name);
 }
 
 }  // namespace
@@ -338,6 +340,9 @@ Value get_attr(const Value& obj, std::string_view name) {
     case Kind::Namespace:
       if (const Value* v = obj.dict->find(n)) return *v;
       break;
+    case Kind::Func:
+      if (obj.func->macro && n == "name") return Value::string(obj.func->name);
+      break;
     default:
       break;
   }
@@ -354,11 +359,9 @@ Value get_item(const Value& obj, const Value& key) {
       if (k < 0 || k >= n) return Value::undefined("list index out of range");
       return obj.list->items[static_cast<size_t>(k)];
     }
-    const auto offs = code_point_offsets(obj.s.text);
-    const auto n = static_cast<int64_t>(offs.size()) - 1;
-    if (k < 0) k += n;
-    if (k < 0 || k >= n) return Value::undefined("string index out of range");
-    return Value::string(obj.s.sub(offs[static_cast<size_t>(k)], offs[static_cast<size_t>(k + 1)]));
+    const auto at = nth_code_point(obj.s.text, k);
+    if (!at) return Value::undefined("string index out of range");
+    return Value::string(obj.s.sub(at->first, at->second));
   }
   if (obj.kind == Kind::Dict) {
     if (const Value* v = obj.dict->find(key)) return *v;
@@ -378,7 +381,10 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   if (step == 0) fail("slice step cannot be zero");
   std::vector<size_t> offs;
   int64_t n;
-  if (obj.is_string()) {
+  if (obj.is_string() && step == 1) {
+    // The common s[a:b]: two scans, no table of every code point's offset.
+    n = static_cast<int64_t>(count_code_points(obj.s.text));
+  } else if (obj.is_string()) {
     offs = code_point_offsets(obj.s.text);
     n = static_cast<int64_t>(offs.size()) - 1;
   } else {
@@ -391,10 +397,20 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   };
   const int64_t b = step > 0 ? norm(idx(start), 0, 0, n) : norm(idx(start), n - 1, -1, n - 1);
   const int64_t e = step > 0 ? norm(idx(stop), n, 0, n) : norm(idx(stop), -1, -1, n - 1);
+  if (obj.is_string() && step == 1) {
+    auto byte_of = [&](int64_t k) {
+      const auto at = k < n ? nth_code_point(obj.s.text, k) : std::nullopt;
+      return at ? at->first : obj.s.text.size();
+    };
+    return Value::string(obj.s.sub(byte_of(b), byte_of(std::max(b, e))));
+  }
   std::vector<int64_t> picks;
-  for (int64_t k = b; step > 0 ? k < e : k > e; k += step) picks.push_back(k);
+  // k += step stops before it would overflow ('abc'[1::2**63 - 1]).
+  for (int64_t k = b; step > 0 ? k < e : k > e;) {
+    picks.push_back(k);
+    if (__builtin_add_overflow(k, step, &k)) break;
+  }
   if (obj.is_string()) {
-    if (step == 1) return Value::string(obj.s.sub(byte_at(offs, b), byte_at(offs, std::max(b, e))));
     Str out;
     for (int64_t k : picks) {
       out.append(obj.s.sub(offs[static_cast<size_t>(k)], offs[static_cast<size_t>(k + 1)]));

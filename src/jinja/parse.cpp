@@ -1,363 +1,22 @@
-// Jinja2's lexer and parser for the chat-template subset (jinja.h), with the
-// whitespace rules Hugging Face renders with: trim_blocks (the newline after
-// a block or comment tag is dropped), lstrip_blocks (spaces and tabs before a
-// block or comment tag that starts its line are dropped), `-` on a tag strips
-// all whitespace on that side, `+` keeps the line's indentation, newlines are
-// normalised to "\n" and one trailing newline of the source is dropped
-// (keep_trailing_newline=False). The operator precedence is Jinja2's
-// (parser.py): condexpr < or < and < not < compare < + - < ~ < * / // % < **
-// < unary - + < primary with postfix . [] () and then filters and tests.
+// Jinja2's parser for the chat-template subset (jinja.h) over the tokens of
+// lex.h. The operator precedence is Jinja2's (parser.py): condexpr < or < and
+// < not < compare < + - < ~ < * / // % < ** < unary - + < primary with
+// postfix . [] () and then filters and tests. Nesting, of tags and of
+// expressions (chains included), is bounded so that parsing, rendering and
+// freeing the tree never outrun the stack.
 #include <fmt/format.h>
 
 #include <cstring>
+#include <utility>
 
 #include "jinja/ast.h"
+#include "jinja/lex.h"
 
 namespace encore::jinja::detail {
 
 namespace {
 
-enum class Tok { Data, VarBegin, VarEnd, BlockBegin, BlockEnd, Name, String, Int, Float, Op, End };
-
-struct Token {
-  Tok type;
-  std::string text;
-  int line;
-};
-
 constexpr int kMaxParseDepth = 200;
-
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-[[noreturn]] void fail_at(int line, std::string msg) { throw RenderError{std::move(msg), line}; }
-
-class Lexer {
- public:
-  explicit Lexer(std::string_view source) {
-    // Newlines normalised, one trailing newline dropped (jinja2 lexer).
-    src_.reserve(source.size());
-    for (size_t i = 0; i < source.size(); ++i) {
-      if (source[i] == '\r') {
-        src_ += '\n';
-        if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
-      } else {
-        src_ += source[i];
-      }
-    }
-    if (!src_.empty() && src_.back() == '\n') src_.pop_back();
-  }
-
-  std::vector<Token> run() {
-    while (pos_ < src_.size()) {
-      const size_t start = find_tag(pos_);
-      std::string data = src_.substr(pos_, start - pos_);
-      if (start == src_.size()) {
-        emit_data(std::move(data), pos_);
-        break;
-      }
-      const char kind = src_[start + 1];  // '{', '%' or '#'
-      const char mod = start + 2 < src_.size() ? src_[start + 2] : '\0';
-      const bool line_starting = pos_ == 0 || src_[pos_ - 1] == '\n';
-      if (mod == '-') {
-        while (!data.empty() && is_space(data.back())) data.pop_back();
-      } else if (mod != '+' && kind != '{') {
-        const size_t nl = data.rfind('\n');
-        const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-        if (l_pos > 0 || line_starting) {
-          bool blank = l_pos < data.size();
-          for (size_t k = l_pos; k < data.size(); ++k) blank = blank && is_space(data[k]);
-          if (blank) data.resize(l_pos);
-        }
-      }
-      emit_data(std::move(data), pos_);
-      pos_ = start + 2 + (mod == '-' || mod == '+' ? 1 : 0);
-      if (kind == '#') {
-        comment();
-      } else if (kind == '%' && raw_block()) {
-        continue;
-      } else {
-        tag(kind == '{');
-      }
-    }
-    out_.push_back({Tok::End, "", line_at(src_.size())});
-    return std::move(out_);
-  }
-
- private:
-  int line_at(size_t p) {
-    while (line_pos_ < p && line_pos_ < src_.size()) {
-      if (src_[line_pos_] == '\n') ++line_;
-      ++line_pos_;
-    }
-    return line_;
-  }
-
-  size_t find_tag(size_t from) const {
-    for (size_t p = src_.find('{', from); p != std::string::npos; p = src_.find('{', p + 1)) {
-      if (p + 1 < src_.size() && (src_[p + 1] == '{' || src_[p + 1] == '%' || src_[p + 1] == '#')) {
-        return p;
-      }
-    }
-    return src_.size();
-  }
-
-  void emit_data(std::string data, size_t at) {
-    if (!data.empty()) out_.push_back({Tok::Data, std::move(data), line_at(at)});
-  }
-
-  // After a block or comment end: `-` strips all whitespace, else
-  // trim_blocks drops one newline.
-  void after_block_end(bool strip) {
-    if (strip) {
-      while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
-    } else if (pos_ < src_.size() && src_[pos_] == '\n') {
-      ++pos_;
-    }
-  }
-
-  void comment() {
-    const size_t end = src_.find("#}", pos_);
-    if (end == std::string::npos) fail_at(line_at(pos_), "unclosed comment: missing '#}'");
-    const bool strip = end > pos_ && src_[end - 1] == '-';
-    pos_ = end + 2;
-    after_block_end(strip);
-  }
-
-  // {% raw %}...{% endraw %}: the text between is data.
-  bool raw_block() {
-    size_t p = pos_;
-    while (p < src_.size() && is_space(src_[p])) ++p;
-    if (src_.compare(p, 3, "raw") != 0) return false;
-    p += 3;
-    while (p < src_.size() && is_space(src_[p])) ++p;
-    bool strip = false;
-    if (p < src_.size() && src_[p] == '-') {
-      strip = true;
-      ++p;
-    }
-    if (src_.compare(p, 2, "%}") != 0) return false;
-    pos_ = p + 2;
-    after_block_end(strip);
-    const int line = line_at(pos_);
-    for (size_t q = src_.find("{%", pos_); q != std::string::npos; q = src_.find("{%", q + 2)) {
-      size_t r = q + 2;
-      const bool lstrip = r < src_.size() && src_[r] == '-';
-      if (lstrip || (r < src_.size() && src_[r] == '+')) ++r;
-      while (r < src_.size() && is_space(src_[r])) ++r;
-      if (src_.compare(r, 6, "endraw") != 0) continue;
-      r += 6;
-      while (r < src_.size() && is_space(src_[r])) ++r;
-      bool rstrip = false;
-      if (r < src_.size() && src_[r] == '-') {
-        rstrip = true;
-        ++r;
-      }
-      if (src_.compare(r, 2, "%}") != 0) continue;
-      std::string data = src_.substr(pos_, q - pos_);
-      if (lstrip) {
-        while (!data.empty() && is_space(data.back())) data.pop_back();
-      }
-      if (!data.empty()) out_.push_back({Tok::Data, std::move(data), line});
-      pos_ = r + 2;
-      after_block_end(rstrip);
-      return true;
-    }
-    fail_at(line, "unclosed {% raw %}: missing {% endraw %}");
-  }
-
-  void tag(bool var) {
-    out_.push_back({var ? Tok::VarBegin : Tok::BlockBegin, "", line_at(pos_)});
-    const char close = var ? '}' : '%';
-    int balance = 0;  // open ( [ {: an end marker inside them is an operator (jinja2 lexer)
-    for (;;) {
-      while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
-      if (pos_ >= src_.size()) {
-        fail_at(line_at(pos_), var ? "unclosed '{{': missing '}}'" : "unclosed '{%': missing '%}'");
-      }
-      const int line = line_at(pos_);
-      const char c = src_[pos_];
-      if (balance == 0 && c == '-' && src_.compare(pos_ + 1, 2, std::string{close, '}'}) == 0) {
-        pos_ += 3;
-        out_.push_back({var ? Tok::VarEnd : Tok::BlockEnd, "", line});
-        if (var) {
-          while (pos_ < src_.size() && is_space(src_[pos_])) ++pos_;
-        } else {
-          after_block_end(true);
-        }
-        return;
-      }
-      if (balance == 0 && c == close && pos_ + 1 < src_.size() && src_[pos_ + 1] == '}') {
-        pos_ += 2;
-        out_.push_back({var ? Tok::VarEnd : Tok::BlockEnd, "", line});
-        if (!var) after_block_end(false);
-        return;
-      }
-      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-        const size_t b = pos_;
-        while (pos_ < src_.size() &&
-               (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_')) {
-          ++pos_;
-        }
-        out_.push_back({Tok::Name, src_.substr(b, pos_ - b), line});
-      } else if (std::isdigit(static_cast<unsigned char>(c))) {
-        number(line);
-      } else if (c == '\'' || c == '"') {
-        string(line);
-      } else {
-        static const char* const ops[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "*",
-                                          "/",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
-                                          ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
-        bool found = false;
-        for (const char* op : ops) {
-          const size_t n = std::strlen(op);
-          if (src_.compare(pos_, n, op) == 0) {
-            out_.push_back({Tok::Op, op, line});
-            pos_ += n;
-            if (n == 1 && (*op == '(' || *op == '[' || *op == '{')) ++balance;
-            if (n == 1 && (*op == ')' || *op == ']' || *op == '}') && balance > 0) --balance;
-            found = true;
-            break;
-          }
-        }
-        if (!found) fail_at(line, fmt::format("unexpected character '{}'", c));
-      }
-    }
-  }
-
-  void number(int line) {
-    const size_t b = pos_;
-    auto digits = [&] {
-      while (pos_ < src_.size() &&
-             (std::isdigit(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_')) {
-        ++pos_;
-      }
-    };
-    digits();
-    bool is_float = false;
-    if (pos_ + 1 < src_.size() && src_[pos_] == '.' &&
-        std::isdigit(static_cast<unsigned char>(src_[pos_ + 1]))) {
-      is_float = true;
-      ++pos_;
-      digits();
-    }
-    if (pos_ < src_.size() && (src_[pos_] == 'e' || src_[pos_] == 'E')) {
-      size_t q = pos_ + 1;
-      if (q < src_.size() && (src_[q] == '+' || src_[q] == '-')) ++q;
-      if (q < src_.size() && std::isdigit(static_cast<unsigned char>(src_[q]))) {
-        is_float = true;
-        pos_ = q;
-        digits();
-      }
-    }
-    std::string text;
-    for (size_t k = b; k < pos_; ++k) {
-      if (src_[k] != '_') text += src_[k];
-    }
-    out_.push_back({is_float ? Tok::Float : Tok::Int, std::move(text), line});
-  }
-
-  // A quoted string with Python's escapes (\n \t \\ \' \" \xNN \uNNNN ...).
-  void string(int line) {
-    const char q = src_[pos_++];
-    std::string s;
-    for (;;) {
-      if (pos_ >= src_.size()) fail_at(line, "unterminated string literal");
-      const char c = src_[pos_++];
-      if (c == q) break;
-      if (c != '\\') {
-        s += c;
-        continue;
-      }
-      if (pos_ >= src_.size()) fail_at(line, "unterminated string literal");
-      const char e = src_[pos_++];
-      auto hex = [&](int n) {
-        if (pos_ + static_cast<size_t>(n) > src_.size()) fail_at(line, "truncated \\x/\\u escape");
-        uint32_t cp = 0;
-        for (int k = 0; k < n; ++k) {
-          const char h = src_[pos_++];
-          if (!std::isxdigit(static_cast<unsigned char>(h))) fail_at(line, "bad \\x/\\u escape");
-          cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
-                                                   ? h - '0'
-                                                   : (std::tolower(h) - 'a' + 10));
-        }
-        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail_at(line, "bad code point escape");
-        if (cp < 0x80) {
-          s += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-          s += static_cast<char>(0xC0 | (cp >> 6));
-          s += static_cast<char>(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-          s += static_cast<char>(0xE0 | (cp >> 12));
-          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          s += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-          s += static_cast<char>(0xF0 | (cp >> 18));
-          s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-          s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-          s += static_cast<char>(0x80 | (cp & 0x3F));
-        }
-      };
-      switch (e) {
-        case 'n':
-          s += '\n';
-          break;
-        case 't':
-          s += '\t';
-          break;
-        case 'r':
-          s += '\r';
-          break;
-        case '0':
-          s += '\0';
-          break;
-        case 'a':
-          s += '\a';
-          break;
-        case 'b':
-          s += '\b';
-          break;
-        case 'f':
-          s += '\f';
-          break;
-        case 'v':
-          s += '\v';
-          break;
-        case '\\':
-          s += '\\';
-          break;
-        case '\'':
-          s += '\'';
-          break;
-        case '"':
-          s += '"';
-          break;
-        case '\n':
-          break;
-        case 'x':
-          hex(2);
-          break;
-        case 'u':
-          hex(4);
-          break;
-        case 'U':
-          hex(8);
-          break;
-        default:
-          s += '\\';
-          s += e;
-      }
-    }
-    out_.push_back({Tok::String, std::move(s), line});
-  }
-
-  std::string src_;
-  size_t pos_ = 0;
-  size_t line_pos_ = 0;
-  int line_ = 1;
-  std::vector<Token> out_;
-};
 
 class Parser {
  public:
@@ -406,6 +65,21 @@ class Parser {
     ~Depth() { --p_.depth_; }
     Parser& p_;
   };
+  // A left-associative chain (a + b + c, x|f|g, x.a[0](), t if c if d)
+  // builds its tree in a loop, one level per link, and rendering and freeing
+  // it recurse through every level: each link counts as one level of nesting
+  // until the chain's function returns, so no tree grows deeper than
+  // kMaxParseDepth whatever the template's size.
+  struct Chain {
+    explicit Chain(Parser& p) : p_(p) {}
+    void link() {
+      ++links_;
+      if (++p_.depth_ > kMaxParseDepth) fail_at(p_.line(), "template nested too deeply");
+    }
+    ~Chain() { p_.depth_ -= links_; }
+    Parser& p_;
+    int links_ = 0;
+  };
 
   // Statements until a block tag named in `ends` (left unconsumed after its
   // name: *end_name says which) or the end of the template (only when `ends`
@@ -417,7 +91,12 @@ class Parser {
       const Token& t = cur();
       if (t.type == Tok::End) {
         if (!ends.empty()) {
-          fail_at(t.line, fmt::format("unexpected end of template: missing {{% {} %}}", ends[0]));
+          // Name the closing tag ({% endif %}), not an alternative ({% elif %}).
+          std::string_view want = ends[0];
+          for (std::string_view e : ends) {
+            if (e.rfind("end", 0) == 0) want = e;
+          }
+          fail_at(t.line, fmt::format("unexpected end of template: missing {{% {} %}}", want));
         }
         return body;
       }
@@ -505,7 +184,9 @@ class Parser {
       }
       if (is_name("recursive")) fail_at(ln, "recursive for loops are not supported");
       expect_block_end();
+      ++loop_depth_;
       s->body = parse_body({"endfor", "else"}, &end);
+      --loop_depth_;
       if (end == "else") {
         expect_block_end();
         s->else_body = parse_body({"endfor"}, &end);
@@ -538,7 +219,14 @@ class Parser {
       s->name = expect_name();
       parse_params(*s);
       expect_block_end();
+      const int loops = std::exchange(loop_depth_, 0);  // a macro body is a function of its own
+      const auto reads = std::exchange(reads_, {});
       s->body = parse_body({"endmacro"}, &end);
+      s->catch_varargs = reads_.varargs;
+      s->catch_kwargs = reads_.kwargs;
+      // jinja2 counts a nested macro's reads for the outer one too.
+      reads_ = {reads.varargs || reads_.varargs, reads.kwargs || reads_.kwargs};
+      loop_depth_ = loops;
       if (cur().type == Tok::Name && cur().text == s->name) ++i_;
     } else if (name == "call") {
       s->kind = StmtKind::CallBlock;
@@ -546,7 +234,14 @@ class Parser {
       s->expr = parse_expression(true);
       if (s->expr->kind != ExprKind::Call) fail_at(ln, "{% call %} needs a macro call");
       expect_block_end();
+      const int loops = std::exchange(loop_depth_, 0);  // so is the caller's
+      const auto reads = std::exchange(reads_, {});
       s->body = parse_body({"endcall"}, &end);
+      s->catch_varargs = reads_.varargs;
+      s->catch_kwargs = reads_.kwargs;
+      // jinja2 counts a nested macro's reads for the outer one too.
+      reads_ = {reads.varargs || reads_.varargs, reads.kwargs || reads_.kwargs};
+      loop_depth_ = loops;
     } else if (name == "filter") {
       s->kind = StmtKind::FilterBlock;
       s->expr = parse_filters(nullptr, true);
@@ -564,10 +259,13 @@ class Parser {
       s->body = parse_body({"endwith"}, &end);
     } else if (name == "break" || name == "continue") {
       s->kind = name == "break" ? StmtKind::Break : StmtKind::Continue;
+      if (loop_depth_ == 0) fail_at(ln, fmt::format("'{}' outside loop", name));
     } else if (name == "generation") {
       s->kind = StmtKind::Generation;
       expect_block_end();
       s->body = parse_body({"endgeneration"}, &end);
+    } else if (name.rfind("end", 0) == 0 || name == "else" || name == "elif") {
+      fail_at(ln, fmt::format("unexpected '{{% {} %}}': no open block takes it", name));
     } else {
       fail_at(ln, fmt::format("the statement '{}' is not supported in chat templates", name));
     }
@@ -582,6 +280,7 @@ class Parser {
     targets.push_back(expect_name());
     while (is_op(",")) {
       ++i_;
+      if (is_op("(")) fail_at(line(), "nested tuple targets (a, (b, c)) are not supported");
       if (cur().type != Tok::Name) break;
       targets.push_back(expect_name());
     }
@@ -594,11 +293,17 @@ class Parser {
     while (!is_op(")")) {
       if (!s.params.empty()) expect_op(",");
       if (is_op(")")) break;
+      const int ln = line();
       std::string n = expect_name();
+      for (const auto& [other, d] : s.params) {
+        if (other == n) fail_at(ln, fmt::format("duplicate argument '{}'", n));
+      }
       ExprPtr def;
       if (is_op("=")) {
         ++i_;
         def = parse_expression(true);
+      } else if (!s.params.empty() && s.params.back().second) {
+        fail_at(ln, "non-default argument follows default argument");
       }
       s.params.emplace_back(std::move(n), std::move(def));
     }
@@ -641,7 +346,9 @@ class Parser {
     Depth depth(*this);
     if (!with_condexpr) return parse_or();
     ExprPtr e = parse_or();
+    Chain chain(*this);
     while (is_name("if")) {
+      chain.link();
       const int ln = line();
       ++i_;
       auto c = make(ExprKind::Cond, ln);
@@ -669,7 +376,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr e = parse_and();
+    Chain chain(*this);
     while (is_name("or")) {
+      chain.link();
       const int ln = line();
       ++i_;
       e = binary("or", std::move(e), parse_and(), ln);
@@ -678,7 +387,9 @@ class Parser {
   }
   ExprPtr parse_and() {
     ExprPtr e = parse_not();
+    Chain chain(*this);
     while (is_name("and")) {
+      chain.link();
       const int ln = line();
       ++i_;
       e = binary("and", std::move(e), parse_not(), ln);
@@ -728,7 +439,9 @@ class Parser {
   }
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();
+    Chain chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.link();
       const int ln = line();
       std::string op = next().text;
       e = binary(op, std::move(e), parse_concat(), ln);
@@ -749,7 +462,9 @@ class Parser {
   }
   ExprPtr parse_math2() {
     ExprPtr e = parse_pow();
+    Chain chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.link();
       const int ln = line();
       std::string op = next().text;
       e = binary(op, std::move(e), parse_pow(), ln);
@@ -758,7 +473,9 @@ class Parser {
   }
   ExprPtr parse_pow() {
     ExprPtr e = parse_unary(true);
+    Chain chain(*this);
     while (is_op("**")) {
+      chain.link();
       const int ln = line();
       ++i_;
       e = binary("**", std::move(e), parse_unary(true), ln);
@@ -794,6 +511,8 @@ class Parser {
       } else {
         e->kind = ExprKind::Name;
         e->name = n;
+        reads_.varargs = reads_.varargs || n == "varargs";
+        reads_.kwargs = reads_.kwargs || n == "kwargs";
       }
       return e;
     }
@@ -808,11 +527,7 @@ class Parser {
       auto e = make(ExprKind::Literal, ln);
       const std::string text = next().text;
       if (t.type == Tok::Int) {
-        try {
-          e->literal = Value::integer(std::stoll(text));
-        } catch (const std::exception&) {
-          fail_at(ln, fmt::format("integer literal {} is out of range", text));
-        }
+        e->literal = int_literal(text, ln);
       } else {
         e->literal = Value::number(std::strtod(text.c_str(), nullptr));
       }
@@ -856,9 +571,22 @@ class Parser {
     unexpected("an expression");
   }
 
+  // An integer literal (x.123 or 123); stoll throws past 64 bits.
+  static Value int_literal(const std::string& text, int ln) {
+    try {
+      return Value::integer(std::stoll(text));
+    } catch (const std::exception&) {
+      fail_at(ln, fmt::format("integer literal {} is out of range: integers beyond 64 bits "
+                              "are not supported",
+                              text));
+    }
+  }
+
   ExprPtr parse_postfix(ExprPtr e) {
+    Chain chain(*this);
     for (;;) {
       const int ln = line();
+      if (is_op(".") || is_op("[") || is_op("(")) chain.link();
       if (is_op(".")) {
         ++i_;
         auto a = make(ExprKind::Attr, ln);
@@ -866,7 +594,7 @@ class Parser {
         if (cur().type == Tok::Int) {
           a->kind = ExprKind::Item;
           a->b = make(ExprKind::Literal, ln);
-          a->b->literal = Value::integer(std::stoll(next().text));
+          a->b->literal = int_literal(next().text, ln);
         } else {
           a->name = expect_name();
         }
@@ -923,6 +651,9 @@ class Parser {
       if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "=") {
         std::string n = next().text;
         ++i_;
+        for (const auto& [other, x] : e.kwargs) {
+          if (other == n) fail_at(line(), fmt::format("keyword argument repeated: {}", n));
+        }
         e.kwargs.emplace_back(std::move(n), parse_expression(true));
       } else {
         if (!e.kwargs.empty()) fail_at(line(), "a positional argument follows a keyword argument");
@@ -950,7 +681,9 @@ class Parser {
 
   ExprPtr parse_filters(ExprPtr e, bool first_without_pipe = false) {
     bool first = first_without_pipe;
+    Chain chain(*this);
     while (first || is_op("|")) {
+      chain.link();
       if (!first) ++i_;
       first = false;
       const int ln = line();
@@ -967,7 +700,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
+    Chain chain(*this);
     for (;;) {
+      if (is_op("|") || is_name("is") || is_op("(")) chain.link();
       if (is_op("|")) {
         e = parse_filters(std::move(e));
       } else if (is_name("is")) {
@@ -1002,11 +737,16 @@ class Parser {
   std::vector<Token> t_;
   size_t i_ = 0;
   int depth_ = 0;
+  int loop_depth_ = 0;  // for bodies around the statement being parsed: break needs one
+  struct Reads {
+    bool varargs = false;
+    bool kwargs = false;
+  } reads_;            // names the innermost macro body read so far
   bool soft_ = false;  // unknown filters and tests fail when run, not now
 };
 
 }  // namespace
 
-Body parse_template(std::string_view source) { return Parser(Lexer(source).run()).parse(); }
+Body parse_template(std::string_view source) { return Parser(lex(source)).parse(); }
 
 }  // namespace encore::jinja::detail

@@ -42,36 +42,62 @@ class Renderer {
   int line() const { return line_; }
 
  private:
-  void step() {
-    if (++steps_ > opt_.limits.max_steps) {
-      fail(fmt::format("the render took more than {} steps", opt_.limits.max_steps));
+  void step(uint64_t n = 1) {
+    steps_ += n;
+    if (steps_ > opt_.limits.max_steps) {
+      fail(fmt::format("the render took more than {} steps (max_steps)", opt_.limits.max_steps));
+    }
+  }
+
+  // Work in proportion to a value's size: copying a string (every name
+  // lookup does), scanning it (s[i] counts code points, s[::2] tables their
+  // offsets at 8 bytes each), a filter going through a list. One step per 8
+  // bytes or 16 items, so that a loop over a long string costs its length,
+  // not one step per turn (which made `{% for i in range(n) %}{{ s[i] }}`
+  // quadratic within max_steps).
+  void charge(const Value& v) {
+    if (v.kind == Kind::Str) {
+      step(v.s.text.size() / 8);
+    } else if (v.kind == Kind::List) {
+      step(v.list->items.size() / 16);
+    } else if (v.kind == Kind::Dict || v.kind == Kind::Namespace) {
+      step(v.dict->items.size() / 16);
     }
   }
 
   struct Nest {
     explicit Nest(Renderer& r) : r_(r) {
       if (++r_.depth_ > r_.opt_.limits.max_call_depth) {
-        fail(fmt::format("calls nested deeper than {}", r_.opt_.limits.max_call_depth));
+        fail(fmt::format("calls and statements nested deeper than {} (max_call_depth)",
+                         r_.opt_.limits.max_call_depth));
       }
     }
     ~Nest() { --r_.depth_; }
     Renderer& r_;
   };
 
+  // A string (or the output) would outgrow the output limit: no text over it
+  // is ever needed, so none is built.
+  [[noreturn]] void too_long() const {
+    fail(fmt::format("the text would be over {} bytes (max_output_bytes)",
+                     opt_.limits.max_output_bytes));
+  }
+
   void emit(const Str& s) {
-    if (out_->text.size() + s.text.size() > opt_.limits.max_output_bytes) {
-      fail(fmt::format("the output is over {} bytes", opt_.limits.max_output_bytes));
-    }
+    if (out_->text.size() + s.text.size() > opt_.limits.max_output_bytes) too_long();
     out_->append(s);
   }
 
   // Renders `body` into a string of its own.
-  Str capture(const Body& body, Scope& scope) {
+  // `flow`: how the body ended (a break or continue inside a set or filter
+  // block leaves the loop iteration, as in jinja2).
+  Str capture(const Body& body, Scope& scope, Flow* flow = nullptr) {
     Str buf;
     Str* saved = out_;
     out_ = &buf;
     try {
-      exec_body(body, scope);
+      const Flow f = exec_body(body, scope);
+      if (flow) *flow = f;
     } catch (...) {
       out_ = saved;
       throw;
@@ -132,7 +158,7 @@ class Renderer {
           if (!ns || ns->kind != Kind::Namespace) {
             fail("cannot assign attribute on non-namespace object");
           }
-          ns->dict->set(Str(s.attr), std::move(v));
+          ns->dict->set_in_namespace(Str(s.attr), std::move(v));
         } else {
           assign(scope, s.targets, v);
         }
@@ -140,14 +166,28 @@ class Renderer {
       }
       case StmtKind::SetBlock: {
         Nest nest(*this);
-        Value v = Value::string(capture(s.body, scope));
+        Flow flow = Flow::Normal;
+        Value v = Value::string(capture(s.body, scope, &flow));
+        if (flow != Flow::Normal) return flow;  // the set never happens
         if (s.expr) v = filter_chain(*s.expr, std::move(v), scope);
         scope.vars[s.targets[0]] = std::move(v);
         return Flow::Normal;
       }
-      case StmtKind::Macro:
-        scope.vars[s.name] = make_macro(s, nullptr);
+      case StmtKind::Macro: {
+        // A macro defined inside a loop, with or a call block sees the
+        // variables there (loop, the loop variable): jinja2's macros are
+        // closures. They are copied, so the macro may outlive the scope.
+        std::shared_ptr<Scope> closure;
+        if (&scope != root_) {
+          closure = std::make_shared<Scope>();
+          closure->parent = root_;
+          for (const Scope* at = &scope; at && at != root_; at = at->parent) {
+            for (const auto& [k, v] : at->vars) closure->vars.emplace(k, v);
+          }
+        }
+        scope.vars[s.name] = make_macro(s, nullptr, 0, closure);
         return Flow::Normal;
+      }
       case StmtKind::CallBlock: {
         // The caller reads this block's scope: it may run only while the
         // block does (a caller kept in a namespace and called later fails).
@@ -165,7 +205,9 @@ class Renderer {
       }
       case StmtKind::FilterBlock: {
         Nest nest(*this);
-        Value v = Value::string(capture(s.body, scope));
+        Flow flow = Flow::Normal;
+        Value v = Value::string(capture(s.body, scope, &flow));
+        if (flow != Flow::Normal) return flow;  // nothing is written
         emit(to_str(filter_chain(*s.expr, std::move(v), scope)));
         return Flow::Normal;
       }
@@ -201,10 +243,10 @@ class Renderer {
       }
       items = std::move(kept);
     }
-    const Value* outer_loop = scope.find("loop");
-    const int64_t depth =
-        outer_loop && outer_loop->is_mapping() ? get_attr(*outer_loop, "depth").i + 1 : 1;
     const auto n = static_cast<int64_t>(items.size());
+    // loop.changed(*values)'s memory, shared by the iterations of this loop.
+    auto last_changed = std::make_shared<std::optional<Value>>();
+    bool completed = false;
     for (int64_t k = 0; k < n; ++k) {
       step();
       Scope inner;
@@ -217,58 +259,99 @@ class Renderer {
       loop.set(Str("first"), Value::boolean(k == 0));
       loop.set(Str("last"), Value::boolean(k == n - 1));
       loop.set(Str("length"), Value::integer(n));
-      loop.set(Str("depth"), Value::integer(depth));
-      loop.set(Str("depth0"), Value::integer(depth - 1));
+      // Only a recursive loop (refused) goes deeper: a nested loop is depth 1 too.
+      loop.set(Str("depth"), Value::integer(1));
+      loop.set(Str("depth0"), Value::integer(0));
       if (k > 0) loop.set(Str("previtem"), items[static_cast<size_t>(k - 1)]);
       if (k + 1 < n) loop.set(Str("nextitem"), items[static_cast<size_t>(k + 1)]);
       loop.set(Str("cycle"), Value::function("loop.cycle", [k](Args& a) {
                  if (a.pos.empty()) fail("no items for cycling given");
                  return a.pos[static_cast<size_t>(k) % a.pos.size()];
                }));
+      loop.set(Str("changed"), Value::function("loop.changed", [last_changed](Args& a) {
+                 Value now = Value::of_list(a.pos, true);
+                 // Kept by the loop, which is a namespace: loop.changed(loop)
+                 // would be a cycle.
+                 if (nesting_of(now).has_namespace) {
+                   fail("loop.changed() of a namespace (or of loop) is not supported");
+                 }
+                 if (*last_changed && equals(**last_changed, now)) return Value::boolean(false);
+                 *last_changed = std::move(now);
+                 return Value::boolean(true);
+               }));
       inner.vars["loop"] = Value::of_namespace(std::move(loop));
       assign(inner, s.targets, items[static_cast<size_t>(k)]);
-      if (exec_body(s.body, inner) == Flow::Break) break;
+      const Flow f = exec_body(s.body, inner);
+      if (f == Flow::Break) break;
+      completed = completed || f == Flow::Normal;
     }
-    if (n == 0 && !s.else_body.empty()) return exec_body(s.else_body, scope);
+    // jinja2 clears its "no iteration" flag at the end of a body: the else
+    // runs unless some iteration got there (a break or continue in every
+    // iteration that ran leaves it set).
+    if (!completed && !s.else_body.empty()) return exec_body(s.else_body, scope);
     return Flow::Normal;
   }
 
   // A macro (or a call block's caller) as a function value. Macros run over
   // the template's top-level scope; a caller over the scope of its block.
-  Value make_macro(const Stmt& s, Scope* parent, uint64_t caller_id = 0) {
-    Scope* base = parent ? parent : root_;
+  Value make_macro(const Stmt& s, Scope* parent, uint64_t caller_id = 0,
+                   std::shared_ptr<Scope> closure = nullptr) {
+    Scope* base = closure ? closure.get() : parent ? parent : root_;
     const std::string name = s.kind == StmtKind::Macro ? s.name : "caller";
-    return Value::function(name, [this, &s, base, caller_id](Args& a) -> Value {
-      if (caller_id &&
-          std::find(live_callers_.begin(), live_callers_.end(), caller_id) == live_callers_.end()) {
-        fail("caller() called after its {% call %} block ended");
-      }
-      Nest nest(*this);
-      Scope local;
-      local.parent = base;
-      size_t k = 0;
-      for (const auto& [pname, def] : s.params) {
-        std::optional<Value> v = a.take(k++, pname);
-        if (v) {
-          local.vars[pname] = std::move(*v);
-        } else if (def) {
-          local.vars[pname] = eval(*def, local);
-        } else {
-          local.vars[pname] = Value::undefined(pname);
-        }
-      }
-      std::vector<Value> extra;
-      for (size_t p = s.params.size(); p < a.pos.size(); ++p) extra.push_back(a.pos[p]);
-      local.vars["varargs"] = Value::of_list(std::move(extra), true);
-      Dict kw;
-      for (auto& [kname, v] : a.kw) kw.set(Str(kname), std::move(v));
-      local.vars["kwargs"] = Value::of_dict(std::move(kw));
-      if (a.caller) local.vars["caller"] = *a.caller;
-      const int saved_line = line_;
-      Str out = capture(s.body, local);
-      line_ = saved_line;
-      return Value::string(std::move(out));
-    });
+    // What the closure holds counts as held by the function (its depth, a
+    // namespace in it: storing the macro in that namespace would be a cycle).
+    Value held;
+    if (closure) {
+      std::vector<Value> vars;
+      for (const auto& [k, v] : closure->vars) vars.push_back(v);
+      held = Value::of_list(std::move(vars));
+    }
+    return Value::function(
+        name,
+        [this, &s, base, caller_id, closure](Args& a) -> Value {
+          if (caller_id && std::find(live_callers_.begin(), live_callers_.end(), caller_id) ==
+                               live_callers_.end()) {
+            fail("caller() called after its {% call %} block ended");
+          }
+          Nest nest(*this);
+          Scope local;
+          local.parent = base;
+          // The closure does not hold the macro itself (a cycle): a fresh
+          // value of it, for recursion.
+          if (closure) local.vars[s.name] = make_macro(s, nullptr, 0, closure);
+          size_t k = 0;
+          for (const auto& [pname, def] : s.params) {
+            std::optional<Value> v = a.take(k++, pname);
+            if (v) {
+              local.vars[pname] = std::move(*v);
+            } else if (def) {
+              local.vars[pname] = eval(*def, local);
+            } else {
+              local.vars[pname] = Value::undefined(pname);
+            }
+          }
+          // jinja2 takes extra arguments only into a macro that reads them.
+          const std::string who =
+              s.kind == StmtKind::Macro ? fmt::format("macro '{}'", s.name) : "caller";
+          if (a.pos.size() > s.params.size() && !s.catch_varargs) {
+            fail(fmt::format("{} takes not more than {} argument(s)", who, s.params.size()));
+          }
+          if (!a.kw.empty() && !s.catch_kwargs) {
+            fail(fmt::format("{} takes no keyword argument '{}'", who, a.kw[0].first));
+          }
+          std::vector<Value> extra;
+          for (size_t p = s.params.size(); p < a.pos.size(); ++p) extra.push_back(a.pos[p]);
+          local.vars["varargs"] = Value::of_list(std::move(extra), true);
+          Dict kw;
+          for (auto& [kname, v] : a.kw) kw.set(Str(kname), std::move(v));
+          local.vars["kwargs"] = Value::of_dict(std::move(kw));
+          if (a.caller) local.vars["caller"] = *a.caller;
+          const int saved_line = line_;
+          Str out = capture(s.body, local);
+          line_ = saved_line;
+          return Value::string(std::move(out));
+        },
+        /*macro=*/true, closure ? &held : nullptr);
   }
 
   Value filter_chain(const Expr& e, Value input, Scope& scope) {
@@ -296,6 +379,10 @@ class Renderer {
   }
 
   [[noreturn]] static void undefined_op(const Value& v) { fail(undefined_message(v)); }
+  // Python's ints have no bound; a chat template's have 64 bits.
+  [[noreturn]] static void int_overflow() {
+    fail("integer overflow: integers beyond 64 bits are not supported");
+  }
 
   Value binary(const std::string& op, const Value& l, const Value& r) {
     if (l.is_undefined()) undefined_op(l);
@@ -308,7 +395,7 @@ class Renderer {
         l.is_number() && r.is_number() && l.kind != Kind::Float && r.kind != Kind::Float;
     const bool nums = l.is_number() && r.is_number();
     auto overflow = [&](bool bad) {
-      if (bad) fail("integer overflow");
+      if (bad) int_overflow();
     };
     if (op == "+") {
       if (ints) {
@@ -318,9 +405,7 @@ class Renderer {
       }
       if (nums) return Value::number(dbl_of(l) + dbl_of(r));
       if (l.is_string() && r.is_string()) {
-        if (l.s.text.size() + r.s.text.size() > opt_.limits.max_output_bytes) {
-          fail("string too long");
-        }
+        if (l.s.text.size() + r.s.text.size() > opt_.limits.max_output_bytes) too_long();
         // Markup + str escapes the plain side (markupsafe), and stays Markup.
         const bool markup = l.is_markup() || r.is_markup();
         Str s = markup && !l.is_markup() ? apply_filter("escape", l, no_args_).s : l.s;
@@ -329,7 +414,15 @@ class Renderer {
         out.b = markup;
         return out;
       }
-      if (l.is_list() && r.is_list()) {
+      const auto plain = [](const Value& v) { return !v.list->iter && v.list->view.empty(); };
+      if (l.is_list() && r.is_list() && plain(l) && plain(r)) {
+        if (l.list->tuple != r.list->tuple) {
+          fail(fmt::format("can only concatenate {0} (not \"{1}\") to {0}", type_name(l),
+                           type_name(r)));
+        }
+        if (l.list->items.size() + r.list->items.size() > kMaxListItems) {
+          fail(fmt::format("a list of more than {} items", kMaxListItems));
+        }
         std::vector<Value> items = l.list->items;
         items.insert(items.end(), r.list->items.begin(), r.list->items.end());
         return Value::of_list(std::move(items), l.list->tuple);
@@ -355,11 +448,22 @@ class Renderer {
         const int64_t n = std::max<int64_t>(0, int_of(*times));
         const auto unit =
             static_cast<uint64_t>(seq->is_string() ? seq->s.text.size() : seq->list->items.size());
-        if (unit * static_cast<uint64_t>(n) > opt_.limits.max_output_bytes) fail("result too long");
+        // unit * n, without its overflow: 'abcd' * 2 ** 62 wraps to 0.
+        const uint64_t limit = seq->is_string() ? opt_.limits.max_output_bytes : kMaxListItems;
+        if (n > 0 && unit > limit / static_cast<uint64_t>(n)) {
+          if (seq->is_string()) too_long();
+          fail(fmt::format("a list of more than {} items", kMaxListItems));
+        }
         if (seq->is_string()) {
           Str s;
           for (int64_t k = 0; k < n; ++k) s.append(seq->s);
           return Value::string(std::move(s));
+        }
+        // Items are copies (strings and all): [s] * n costs n strings.
+        uint64_t bytes = 0;
+        for (const Value& x : seq->list->items) bytes += sizeof(Value) + x.s.text.size();
+        if (n > 0 && bytes > (uint64_t{4} * kMaxStringBytes) / static_cast<uint64_t>(n)) {
+          fail(fmt::format("a list of more than {} MiB", (4 * kMaxStringBytes) >> 20));
         }
         std::vector<Value> items;
         for (int64_t k = 0; k < n; ++k) {
@@ -376,7 +480,7 @@ class Renderer {
       if (ints) {
         const int64_t a = int_of(l), b = int_of(r);
         if (b == 0) fail("integer division or modulo by zero");
-        if (a == INT64_MIN && b == -1) fail("integer overflow");
+        if (a == INT64_MIN && b == -1) int_overflow();
         int64_t q = a / b, m = a % b;
         if (m != 0 && ((m < 0) != (b < 0))) {
           q -= 1;
@@ -403,7 +507,15 @@ class Renderer {
         }
         return Value::integer(out);
       }
-      if (nums) return Value::number(std::pow(dbl_of(l), dbl_of(r)));
+      if (nums) {
+        const double a = dbl_of(l), b = dbl_of(r);
+        if (a == 0 && b < 0) fail("0.0 cannot be raised to a negative power");
+        // Python gives a complex number: (-8) ** (1 / 3) is (1.0000000000000002+1.73...j).
+        if (a < 0 && std::isfinite(b) && b != std::floor(b)) {
+          fail("a negative number to a fractional power is complex: not supported");
+        }
+        return Value::number(std::pow(a, b));
+      }
     }
     fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(l),
                      type_name(r)));
@@ -445,6 +557,12 @@ class Renderer {
   }
 
   Value eval(const Expr& e, Scope& scope) {
+    Value v = eval_node(e, scope);
+    charge(v);
+    return v;
+  }
+
+  Value eval_node(const Expr& e, Scope& scope) {
     step();
     line_ = e.line;
     switch (e.kind) {
@@ -513,7 +631,7 @@ class Renderer {
         if (v.kind == Kind::Float) return Value::number(e.name == "-" ? -v.f : v.f);
         if (v.is_number()) {
           const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
-          if (e.name == "-" && i == INT64_MIN) fail("integer overflow");
+          if (e.name == "-" && i == INT64_MIN) int_overflow();
           return Value::integer(e.name == "-" ? -i : i);
         }
         fail(fmt::format("bad operand type for unary {}: '{}'", e.name, type_name(v)));
@@ -540,7 +658,7 @@ class Renderer {
         Str s;
         for (const auto& x : e.items) {
           s.append(to_str(eval(*x, scope)));
-          if (s.text.size() > opt_.limits.max_output_bytes) fail("string too long");
+          if (s.text.size() > opt_.limits.max_output_bytes) too_long();
         }
         return Value::string(std::move(s));
       }
@@ -598,7 +716,11 @@ Rendered Template::render(const nlohmann::ordered_json& context,
   Scope root;
   root.parent = &globals;
   for (auto it = context.begin(); it != context.end(); ++it) {
-    root.vars[it.key()] = from_json(it.value(), options.trusted_paths, "/" + it.key());
+    try {
+      root.vars[it.key()] = from_json(it.value(), options.trusted_paths, "/" + it.key());
+    } catch (const RenderError& e) {  // nested too deeply
+      throw InvalidArgument(fmt::format("chat template context: '{}': {}", it.key(), e.message));
+    }
   }
   Renderer r(options, &root);
   try {

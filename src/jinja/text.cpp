@@ -1,5 +1,6 @@
 #include "jinja/text.h"
 
+#include <unicode/casemap.h>
 #include <unicode/locid.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
@@ -92,6 +93,44 @@ std::vector<std::pair<size_t, size_t>> py_splitlines(std::string_view s) {
   return out;
 }
 
+namespace {
+
+enum class Case { Upper, Lower, Title };
+
+// The full case mapping of one code point (Python's str methods use the
+// full mappings: 'ß'.title() is 'Ss', 'İ'.lower() is 'i̇'), appended as UTF-8.
+void put_full_case(std::string& out, UChar32 c, Case how) {
+  if (c < 0x80) {  // ASCII: the simple mapping is the full one
+    put_utf8(out, static_cast<uint32_t>(how == Case::Upper   ? u_toupper(c)
+                                        : how == Case::Lower ? u_tolower(c)
+                                                             : u_totitle(c)));
+    return;
+  }
+  UChar src[2];
+  int32_t n = 0;
+  U16_APPEND_UNSAFE(src, n, c);
+  UChar dst[16];
+  UErrorCode err = U_ZERO_ERROR;
+  int32_t len = 0;
+  if (how == Case::Upper) {
+    len = icu::CaseMap::toUpper("", 0, src, n, dst, 16, nullptr, err);
+  } else if (how == Case::Lower) {
+    len = icu::CaseMap::toLower("", 0, src, n, dst, 16, nullptr, err);
+  } else {
+    // One code point is the whole "string": no break iterator needed.
+    len = icu::CaseMap::toTitle(
+        "", U_TITLECASE_WHOLE_STRING | U_TITLECASE_NO_BREAK_ADJUSTMENT | U_TITLECASE_NO_LOWERCASE,
+        nullptr, src, n, dst, 16, nullptr, err);
+  }
+  if (U_FAILURE(err)) {
+    put_utf8(out, static_cast<uint32_t>(c));
+    return;
+  }
+  icu::UnicodeString(dst, len).toUTF8String(out);
+}
+
+}  // namespace
+
 std::string py_case(std::string_view s, std::string_view how) {
   const icu::UnicodeString u =
       icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
@@ -108,17 +147,19 @@ std::string py_case(std::string_view s, std::string_view how) {
     bool first = true;
     for (const Cp& c : code_points(s)) {
       const auto ch = static_cast<UChar32>(c.cp);
-      uint32_t mapped = c.cp;
       if (how == "title") {
-        mapped = static_cast<uint32_t>(prev_cased ? u_tolower(ch) : u_totitle(ch));
+        put_full_case(out, ch, prev_cased ? Case::Lower : Case::Title);
         prev_cased = cased(c.cp);
       } else if (how == "capitalize") {
-        mapped = static_cast<uint32_t>(first ? u_totitle(ch) : u_tolower(ch));
+        put_full_case(out, ch, first ? Case::Title : Case::Lower);
+      } else if (u_isupper(ch)) {
+        put_full_case(out, ch, Case::Lower);
+      } else if (u_islower(ch)) {
+        put_full_case(out, ch, Case::Upper);
       } else {
-        mapped = static_cast<uint32_t>(u_isupper(ch) ? u_tolower(ch) : u_toupper(ch));
+        put_utf8(out, c.cp);
       }
       first = false;
-      put_utf8(out, mapped);
     }
   }
   return out;

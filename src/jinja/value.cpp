@@ -156,7 +156,9 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int level
       json_string(out, v.s.text, f.ensure_ascii);
       return;
     case Kind::List: {
-      if (v.list->iter) fail("Object of type generator is not JSON serializable");
+      if (v.list->iter || !v.list->view.empty()) {
+        fail(fmt::format("Object of type {} is not JSON serializable", type_name(v)));
+      }
       if (v.list->items.empty()) {
         out += "[]";
         return;
@@ -196,6 +198,8 @@ void json_value(std::string& out, const Value& v, const JsonFormat& f, int level
         std::string key_text;
         if (k.is_string()) {
           key_text = k.s.text;
+        } else if (k.is_list()) {
+          fail("keys must be str, int, float, bool or None, not tuple");
         } else {
           json_value(key_text, k, f, 0, content);
         }
@@ -236,20 +240,33 @@ Str Str::marked(std::string t) {
   return s;
 }
 
+void too_long_string() {
+  fail(fmt::format("a string of more than {} MiB (no chat template builds one)",
+                   kMaxStringBytes >> 20));
+}
+
 void Str::append(const Str& s) {
   const size_t off = text.size();
+  if (off + s.text.size() > kMaxStringBytes) too_long_string();
   text += s.text;
   for (const ByteRange& r : s.content) add_range(content, r.begin + off, r.end + off);
 }
 
-void Str::append(std::string_view plain) { text.append(plain); }
+void Str::append(std::string_view plain) {
+  if (text.size() + plain.size() > kMaxStringBytes) too_long_string();
+  text.append(plain);
+}
 
 Str Str::sub(size_t b, size_t e) const {
   e = std::min(e, text.size());
   b = std::min(b, e);
   Str out(text.substr(b, e - b));
-  for (const ByteRange& r : content) {
-    const size_t rb = std::max(r.begin, b), re = std::min(r.end, e);
+  // The ranges that end after b, by bisection: taking each character of a
+  // string with many ranges must not cost all of them each time.
+  auto it = std::upper_bound(content.begin(), content.end(), b,
+                             [](size_t at, const ByteRange& r) { return at < r.end; });
+  for (; it != content.end() && it->begin < e; ++it) {
+    const size_t rb = std::max(it->begin, b), re = std::min(it->end, e);
     if (rb < re) add_range(out.content, rb - b, re - b);
   }
   return out;
@@ -276,6 +293,17 @@ std::optional<std::string> key_id(const Value& k) {
       return "f" + float_repr(k.f);
     case Kind::None:
       return std::string("n");
+    case Kind::List: {
+      // A tuple of hashable items is hashable: each item's id, length-prefixed.
+      if (!k.list->tuple || k.list->iter || !k.list->view.empty()) return std::nullopt;
+      std::string id = "t";
+      for (const Value& x : k.list->items) {
+        const auto sub = key_id(x);
+        if (!sub) return std::nullopt;
+        id += std::to_string(sub->size()) + ":" + *sub;
+      }
+      return id;
+    }
     default:
       return std::nullopt;
   }
@@ -299,6 +327,7 @@ void Dict::set(Str key, Value v) { set(Value::string(std::move(key)), std::move(
 void Dict::set(Value key, Value v) {
   const auto id = key_id(key);
   if (!id) fail(fmt::format("unhashable type: '{}'", type_name(key)));
+  if (v.kind >= Kind::List) nesting = nesting_add(nesting, nesting_of(v));
   const auto it = index.find(*id);
   if (it != index.end()) {
     items[it->second].second = std::move(v);
@@ -345,13 +374,22 @@ Value Value::string(Str x) {
 Value Value::of_list(std::vector<Value> items, bool tuple) {
   Value v;
   v.kind = Kind::List;
-  v.list = std::make_shared<const List>(List{std::move(items), tuple});
+  const Nesting n = nesting_around(items);
+  v.list = std::make_shared<const List>(List{std::move(items), tuple, false, {}, n});
   return v;
 }
 Value Value::of_iter(std::vector<Value> items) {
   Value v;
   v.kind = Kind::List;
-  v.list = std::make_shared<const List>(List{std::move(items), false, true});
+  const Nesting n = nesting_around(items);
+  v.list = std::make_shared<const List>(List{std::move(items), false, true, {}, n});
+  return v;
+}
+Value Value::of_view(std::vector<Value> items, std::string view) {
+  Value v;
+  v.kind = Kind::List;
+  const Nesting n = nesting_around(items);
+  v.list = std::make_shared<const List>(List{std::move(items), false, false, std::move(view), n});
   return v;
 }
 Value Value::of_dict(Dict d) {
@@ -365,10 +403,12 @@ Value Value::of_namespace(Dict d) {
   v.kind = Kind::Namespace;
   return v;
 }
-Value Value::function(std::string name, Builtin call) {
+Value Value::function(std::string name, Builtin call, bool macro, const Value* holds) {
   Value v;
   v.kind = Kind::Func;
-  v.func = std::make_shared<const Func>(Func{std::move(name), std::move(call)});
+  const Nesting n =
+      holds && holds->kind >= Kind::List ? nesting_add({}, nesting_of(*holds)) : Nesting{};
+  v.func = std::make_shared<const Func>(Func{std::move(name), std::move(call), macro, n});
   return v;
 }
 
@@ -409,6 +449,8 @@ std::string_view type_name(const Value& v) {
     case Kind::Str:
       return "str";
     case Kind::List:
+      if (v.list->view.rfind("range(", 0) == 0) return "range";
+      if (!v.list->view.empty()) return v.list->view;
       return v.list->iter ? "generator" : v.list->tuple ? "tuple" : "list";
     case Kind::Dict:
       return "dict";
@@ -464,7 +506,8 @@ bool equals(const Value& a, const Value& b) {
       return a.s.text == b.s.text;
     case Kind::List: {
       if (a.list->iter || b.list->iter) return a.list == b.list;
-      if (a.list->tuple != b.list->tuple || a.list->items.size() != b.list->items.size()) {
+      if (a.list->tuple != b.list->tuple || a.list->view != b.list->view ||
+          a.list->items.size() != b.list->items.size()) {
         return false;
       }
       for (size_t k = 0; k < a.list->items.size(); ++k) {
@@ -576,14 +619,17 @@ std::string repr(const Value& v) {
     case Kind::List: {
       if (v.list->iter)
         fail("printing a generator (the result of map, select ...) is not supported: add | list");
+      if (v.list->view.rfind("range(", 0) == 0) return v.list->view;
       const auto& items = v.list->items;
-      std::string out(1, v.list->tuple ? '(' : '[');
+      std::string out = v.list->view.empty() ? "" : v.list->view + "(";
+      out += v.list->tuple ? '(' : '[';
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) out += ", ";
         out += repr(items[k]);
       }
       if (v.list->tuple && items.size() == 1) out += ',';
       out += v.list->tuple ? ')' : ']';
+      if (!v.list->view.empty()) out += ')';
       return out;
     }
     case Kind::Dict:
@@ -607,6 +653,15 @@ size_t count_code_points(std::string_view s) {
   size_t n = 0;
   for (size_t i = 0; i < s.size(); i += utf8_len(s, i)) ++n;
   return n;
+}
+
+std::optional<std::pair<size_t, size_t>> nth_code_point(std::string_view s, int64_t k) {
+  if (k < 0) k += static_cast<int64_t>(count_code_points(s));
+  if (k < 0) return std::nullopt;
+  size_t i = 0;
+  for (; i < s.size() && k > 0; --k) i += utf8_len(s, i);
+  if (i >= s.size()) return std::nullopt;
+  return std::make_pair(i, i + utf8_len(s, i));
 }
 
 std::vector<size_t> code_point_offsets(std::string_view s) {
@@ -682,10 +737,14 @@ bool under(std::string_view path, std::string_view pattern) {
 }  // namespace
 
 Value from_json(const nlohmann::ordered_json& j, const std::vector<std::string>& trusted,
-                const std::string& path) {
+                const std::string& path, int level) {
   const bool content = std::none_of(trusted.begin(), trusted.end(),
                                     [&](const std::string& p) { return under(path, p); });
   using T = nlohmann::ordered_json::value_t;
+  // Refused on the way down: the recursion itself must not outrun the stack.
+  if (level >= kMaxNesting && (j.is_array() || j.is_object())) {
+    fail(fmt::format("lists, dicts and namespaces nested deeper than {}", kMaxNesting));
+  }
   switch (j.type()) {
     case T::null:
       return Value::none();
@@ -708,7 +767,8 @@ Value from_json(const nlohmann::ordered_json& j, const std::vector<std::string>&
       std::vector<Value> items;
       items.reserve(j.size());
       for (const auto& e : j) {
-        items.push_back(from_json(e, trusted, path + "/" + std::to_string(items.size())));
+        items.push_back(
+            from_json(e, trusted, path + "/" + std::to_string(items.size()), level + 1));
       }
       return Value::of_list(std::move(items));
     }
@@ -716,7 +776,7 @@ Value from_json(const nlohmann::ordered_json& j, const std::vector<std::string>&
       Dict d;
       for (auto it = j.begin(); it != j.end(); ++it) {
         d.set(content ? Str::marked(it.key()) : Str(it.key()),
-              from_json(it.value(), trusted, path + "/" + it.key()));
+              from_json(it.value(), trusted, path + "/" + it.key(), level + 1));
       }
       return Value::of_dict(std::move(d));
     }

@@ -5,9 +5,10 @@
 // Strings carry content marks (Str::content): the byte ranges that came from
 // the render context rather than from the template's own text (jinja.h,
 // "Special tokens"). Operations that keep bytes (concatenation, slicing,
-// strip, split) keep their marks; operations that rewrite text (replace,
-// upper, tojson ...) mark the whole result as content when any input byte was
-// content, so content never turns into template text.
+// strip, split, join, replace) keep their marks, and what the template adds
+// (a separator, a replacement) stays template text; operations that rewrite
+// text (upper, title, tojson ...) mark the whole result as content when any
+// input byte was content, so content never turns into template text.
 //
 // Ownership: values are plain copies except List, Dict and Func, shared
 // through shared_ptr; lists and dicts are never modified after they are
@@ -30,6 +31,11 @@
 #include "encore/jinja.h"
 
 namespace encore::jinja {
+
+// The longest string any operation builds (replace, join, indent ...; the
+// renderer holds its own strings to RenderOptions::limits.max_output_bytes).
+inline constexpr size_t kMaxStringBytes = size_t{64} << 20;
+[[noreturn]] void too_long_string();
 
 // A string and the byte ranges of it that are content.
 struct Str {
@@ -54,12 +60,35 @@ enum class Kind { Undefined, None, Bool, Int, Float, Str, List, Dict, Namespace,
 struct Value;
 struct Args;
 
+// The most items a list built by a template may hold (range(), [x] * n,
+// list + list): a Value is ~200 bytes, so 1M items are ~200 MB already.
+inline constexpr size_t kMaxListItems = 1'000'000;
+
+// How deep lists, dicts, namespaces and bound methods may nest. Printing,
+// comparing, serialising and freeing a value recurse through its levels, so
+// a template that wraps a list in a list in a loop must be stopped before the
+// stack is: the constructors below count the levels and fail past this.
+inline constexpr int kMaxNesting = 256;
+
+// The nesting a container records: levels below it (a leaf value is 0), and
+// whether a namespace is somewhere inside (the one mutable object: what is
+// set into it later is not in the count, see render.cpp's `set ns.x`).
+struct Nesting {
+  int depth = 0;
+  bool has_namespace = false;
+};
+
 struct List {
   std::vector<Value> items;
   bool tuple = false;  // printed (a, b) by str()
   // A generator (what map, select, unique ... give in Jinja2): iterable, but
   // always true, without len(), not JSON-serializable and not printable.
   bool iter = false;
+  // What Python would print instead of a list: a dict view ("dict_items",
+  // printed dict_items([...])) or a range ("range(0, 3)", printed as is).
+  // Neither is JSON-serializable.
+  std::string view;
+  Nesting nesting;  // of this list: 1 + its deepest item
 };
 
 // A dict: keys are strings, or numbers, booleans and None (Python's equal
@@ -67,11 +96,19 @@ struct List {
 struct Dict {
   std::vector<std::pair<Value, Value>> items;     // insertion order
   std::unordered_map<std::string, size_t> index;  // key_id -> position
+  Nesting nesting{1, false};                      // grows as items are set, never shrinks
 
   const Value* find(std::string_view key) const;
   const Value* find(const Value& key) const;
   void set(Str key, Value v);    // replaces in place or appends
   void set(Value key, Value v);  // fails for an unhashable key (list, dict)
+  // A namespace's `set ns.key = v` (or namespace(key=v)): what v holds is
+  // measured as it stands now, through the namespaces in it, and refused
+  // when it holds this namespace (a cycle: never freed, printed forever) or
+  // nests too deep. This is what keeps every value's real depth within about
+  // twice kMaxNesting, whatever namespaces are changed after they are put
+  // in a list.
+  void set_in_namespace(Str key, Value v);
 };
 
 using Builtin = std::function<Value(Args&)>;
@@ -79,6 +116,8 @@ using Builtin = std::function<Value(Args&)>;
 struct Func {
   std::string name;
   Builtin call;
+  bool macro = false;  // a {% macro %} (or caller): jinja2's Macro has `.name`
+  Nesting nesting;     // of the value a bound method holds (l.count holds l)
 };
 
 struct Value {
@@ -101,9 +140,12 @@ struct Value {
   static Value string(std::string v) { return string(Str(std::move(v))); }
   static Value of_list(std::vector<Value> items, bool tuple = false);
   static Value of_iter(std::vector<Value> items);
+  static Value of_view(std::vector<Value> items, std::string view);
   static Value of_dict(Dict d);
   static Value of_namespace(Dict d);
-  static Value function(std::string name, Builtin call);
+  // `holds`: the value the function keeps (a bound method's object).
+  static Value function(std::string name, Builtin call, bool macro = false,
+                        const Value* holds = nullptr);
 
   bool is_undefined() const { return kind == Kind::Undefined; }
   bool is_none() const { return kind == Kind::None; }
@@ -137,6 +179,13 @@ struct RenderError {
 };
 [[noreturn]] void fail(std::string message);
 
+// The nesting `v` records (0 for a string or number; a namespace counts as
+// holding a namespace). Fails when a container of `v` would be too deep.
+Nesting nesting_of(const Value& v);
+Nesting nesting_around(const std::vector<Value>& items);  // of a container of these
+// `outer` with `inner` one level below it; fails past kMaxNesting.
+Nesting nesting_add(Nesting outer, Nesting inner);
+
 // Python's type name of `v` ("str", "int", "list", "dict", "NoneType" ...).
 std::string_view type_name(const Value& v);
 
@@ -158,6 +207,9 @@ int64_t length(const Value& v);
 // Code point helpers over UTF-8 (invalid bytes count as one code point each).
 size_t count_code_points(std::string_view s);
 std::vector<size_t> code_point_offsets(std::string_view s);  // starts, plus s.size()
+// The bytes [begin, end) of code point k (negative: from the end), without
+// the offsets of all the others; nullopt when out of range.
+std::optional<std::pair<size_t, size_t>> nth_code_point(std::string_view s, int64_t k);
 
 // The items a `for` iterates: a list's items, a dict's keys, a string's
 // characters; Undefined iterates nothing. Fails for other values.
@@ -173,8 +225,9 @@ struct JsonFormat {
 Str to_json(const Value& v, const JsonFormat& fmt);
 
 // A context value from JSON; its strings are marked as content except under
-// one of `trusted` (jinja.h RenderOptions::trusted_paths); `path` is j's own.
+// one of `trusted` (jinja.h RenderOptions::trusted_paths); `path` is j's own
+// and `level` its depth (refused past kMaxNesting).
 Value from_json(const nlohmann::ordered_json& j, const std::vector<std::string>& trusted,
-                const std::string& path = "");
+                const std::string& path = "", int level = 0);
 
 }  // namespace encore::jinja

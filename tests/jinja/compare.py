@@ -6,6 +6,8 @@ byte for byte, for every chat template x conversation.
                [--conversations DIR] [--only SUBSTRING] [--verbose] [--jobs 2]
     compare.py --oracle-only     # the oracle's own outcome per cell (no encore)
     compare.py --self-test       # the harness finds a wrong renderer (no encore, no data)
+    compare.py --encore build/encore --cases tests/jinja/cases [--only SUBSTRING] [-v]
+                                 # the synthetic edge cases, each with its own context
 
 Each cell is one of (code in the table):
   =   equal        same bytes
@@ -23,6 +25,11 @@ Each cell is one of (code in the table):
 Exit status: 0 when nothing failed and at most 2 templates have an R cell; 1 otherwise;
 77 (with --skip-missing) when python3-jinja2 or the templates folder is missing; 2 on bad
 arguments. A normal run starts with the self-test (under a second).
+
+--cases DIR: every DIR/NAME.jinja (a small template that exercises one feature) is rendered
+with DIR/NAME.json when it exists, else DIR/context.json, and classified as above, except
+for refusals: a case whose text contains `{# encore-refuses: WHY #}` must come out `R` (a
+construct encore deliberately refuses), and any other case that comes out `R` fails.
 """
 import argparse
 import concurrent.futures
@@ -368,6 +375,71 @@ def _cell_code(table_text, column):
     return None
 
 
+REFUSES_MARK = "{# encore-refuses:"
+
+
+def compare_cases(args, oracle_mod, out=sys.stdout):
+    """The synthetic cases (--cases DIR): one cell per template; returns the exit status."""
+    names = sorted(f for f in os.listdir(args.cases) if f.endswith(".jinja"))
+    if args.only:
+        names = [n for n in names if args.only.lower() in n.lower()]
+    if not names:
+        print(f"error: no .jinja cases in {args.cases}", file=sys.stderr)
+        return 2
+    orc = oracle_mod.Oracle(args.now)
+    cells, expect_refused = [], {}
+    for name in names:
+        tfile = os.path.join(args.cases, name)
+        cfile = os.path.join(args.cases, name[:-len(".jinja")] + ".json")
+        if not os.path.isfile(cfile):
+            cfile = os.path.join(args.cases, "context.json")
+        src = oracle_mod.read_template(tfile)
+        cell = Cell(tfile, cfile)
+        cell.oracle_ok, cell.oracle_out = orc.render(src, oracle_mod.read_context(cfile))
+        expect_refused[tfile] = REFUSES_MARK in src
+        cells.append(cell)
+
+    def job(cell):
+        cell.rc, cell.out, cell.err, cell.seconds = run_encore(
+            args.encore, cell.template, cell.conv, args.now, args.timeout)
+        classify(cell)
+        # The refusals are part of the contract: expected where marked (whatever the oracle
+        # does: it may fail too, as for an include without a loader), a failure elsewhere.
+        refused = cell.rc == 1 and bool(REFUSED_RE.search(cell.err))
+        if expect_refused[cell.template] and refused:
+            cell.code = "R"
+        elif expect_refused[cell.template]:
+            cell.note = f"expected a refusal ({REFUSES_MARK} ...), got {cell.code}"
+            cell.code = "!R"
+        elif not expect_refused[cell.template] and cell.code == "R":
+            cell.note = f"refused, but the case has no {REFUSES_MARK} ... mark"
+            cell.code = "R!"
+        return cell
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(job, cells))
+    wall = time.monotonic() - t0
+    counts = {}
+    for cell in cells:
+        counts[cell.code] = counts.get(cell.code, 0) + 1
+    failing = [c for c in cells if c.code in FAILING or c.code in ("!R", "R!")]
+    print("| case | context | code |\n| --- | --- | :-: |", file=out)
+    for cell in cells:
+        print(f"| {os.path.basename(cell.template)[:-len('.jinja')]} | "
+              f"{os.path.basename(cell.conv)} | {cell.code} |", file=out)
+    print(f"\n{len(cells)} cases in {wall:.1f} s: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=out)
+    print("Legend: " + LEGEND + "; `!R` a marked case encore did not refuse, `R!` an "
+          "unmarked case encore refused", file=out)
+    for cell in failing + [c for c in cells if c.code == "R"]:
+        cell.template = os.path.basename(cell.template)
+        cell.conv = os.path.basename(cell.conv)
+        print("\n".join(describe(cell, args.verbose)), file=out)
+    print(f"\n{'PASS' if not failing else 'FAIL'}: {len(failing)} failing cases", file=out)
+    return 0 if not failing else 1
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -379,6 +451,8 @@ def main(argv=None):
     ap.add_argument("--templates", help="default: SHARED/testdata/chat_templates")
     ap.add_argument("--conversations", default=os.path.join(HERE, "conversations"))
     ap.add_argument("--only", metavar="TEMPLATE_SUBSTRING")
+    ap.add_argument("--cases", metavar="DIR",
+                    help="compare the synthetic cases in DIR (each with its own context)")
     ap.add_argument("--verbose", "-v", action="store_true")
     ap.add_argument("--jobs", type=int, default=2, help="encore renders at once (2)")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds per render (10)")
@@ -400,6 +474,10 @@ def main(argv=None):
     if not (os.path.isfile(args.encore) and os.access(args.encore, os.X_OK)):
         print(f"error: no executable encore at {args.encore}", file=sys.stderr)
         return 2
+    if args.cases:
+        if self_test(oracle_mod) != 0:
+            return 1
+        return compare_cases(args, oracle_mod)
     list_inputs(args)  # skip (77) before the self-test when the data is missing
     if self_test(oracle_mod) != 0:
         return 1
