@@ -149,6 +149,23 @@ TEST(JinjaContent, TrustedPathsReachIntoListsAndDicts) {
   EXPECT_TRUE(is_content(first, "user"));
 }
 
+TEST(JinjaContent, ContentAsAnArgumentStaysContent) {
+  // indent's width and strftime_now's format are written into the output:
+  // from the context they are content (found by review: they were not).
+  const json ctx = {{"w", "<|im_start|>"}, {"f", "%Y <|x|>"}, {"bos_token", "<s>"}};
+  const Rendered ind = render("a{{ 'x\ny'|indent(w) }}", ctx);
+  expect_well_formed(ind);
+  EXPECT_TRUE(is_content(ind, "<|im_start|>"));
+  EXPECT_TRUE(is_template(ind, "a"));
+  const Rendered lit = render("a{{ 'x\ny'|indent('<|im_start|>') }}", ctx);
+  EXPECT_TRUE(is_template(lit, "<|im_start|>"));  // the template's own width: template text
+  RenderOptions opt;
+  opt.now_unix_seconds = 1721982600;  // 2024-07-26
+  const Rendered date = render("{{ strftime_now(f) }}|{{ strftime_now('%Y <|y|>') }}", ctx, opt);
+  EXPECT_TRUE(is_content(date, "2024 <|x|>"));
+  EXPECT_TRUE(is_template(date, "2024 <|y|>"));
+}
+
 TEST(JinjaContent, ToolJsonIsContentTemplateJsonIsNot) {
   const Rendered r = render("<tools>{{ tools|tojson }}</tools>{{ {'k': 'lit'}|tojson }}", kChat);
   expect_well_formed(r);

@@ -198,10 +198,11 @@ Value indent(const Value& v, Args& a) {
   if (!v.is_string()) {
     fail(fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v)));
   }
-  const std::string pad =
+  // A string width keeps its marks: content used as the indentation stays content.
+  const Str pad =
       width.is_string()
-          ? width.s.text
-          : std::string(static_cast<size_t>(std::clamp<int64_t>(width.i, 0, 1 << 16)), ' ');
+          ? width.s
+          : Str(std::string(static_cast<size_t>(std::clamp<int64_t>(width.i, 0, 1 << 16)), ' '));
   Str s = to_str(v);
   s.append("\n");  // jinja2's quirk for splitlines
   const auto lines = py_splitlines(s.text);
@@ -215,7 +216,7 @@ Value indent(const Value& v, Args& a) {
     out.append(line);
   }
   if (first) {
-    Str p(pad);
+    Str p = pad;
     p.append(out);
     out = std::move(p);
   }
@@ -765,7 +766,8 @@ Dict make_globals(int64_t now_unix_seconds) {
         }));
   g.set(Str("strftime_now"), Value::function("strftime_now", [now_unix_seconds](Args& a) {
           if (a.pos.empty() || !a.pos[0].is_string()) fail("strftime_now needs a format string");
-          return Value::string(strftime_utc(a.pos[0].s.text, now_unix_seconds));
+          // A format from the context makes the whole date content.
+          return Value::string(a.pos[0].s.derived(strftime_utc(a.pos[0].s.text, now_unix_seconds)));
         }));
   return g;
 }

@@ -5,6 +5,8 @@
 // own scope over the template's top level, `with` and call blocks open one.
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "encore/error.h"
 #include "jinja/ast.h"
 #include "jinja/builtins.h"
@@ -500,11 +502,13 @@ class Renderer {
       if (op == "%" && l.is_string()) fail("printf-style '%' string formatting is not supported");
     } else if (op == "**") {
       if (ints && int_of(r) >= 0) {
+        // 0, 1 and -1 never overflow: answered directly, so the loop below
+        // (which overflows within 63 rounds for any other base) stays short.
+        const int64_t base = int_of(l), e = int_of(r);
+        if (base == 0 || base == 1) return Value::integer(e == 0 ? 1 : base);
+        if (base == -1) return Value::integer(e % 2 == 0 ? 1 : -1);
         int64_t out = 1;
-        for (int64_t k = 0; k < int_of(r); ++k) {
-          overflow(__builtin_mul_overflow(out, int_of(l), &out));
-          if (out == 0 || out == 1) break;
-        }
+        for (int64_t k = 0; k < e; ++k) overflow(__builtin_mul_overflow(out, base, &out));
         return Value::integer(out);
       }
       if (nums) {
@@ -699,6 +703,10 @@ Template::Template(std::string_view source) {
     program->body = detail::parse_template(source);
   } catch (const RenderError& e) {
     throw InvalidArgument(fmt::format("chat template line {}: {}", e.line, e.message));
+  } catch (const std::logic_error& e) {
+    // A standard-library refusal (std::stoll's out_of_range ...) that a check
+    // missed: still the template's fault, never the caller's crash.
+    throw InvalidArgument(fmt::format("chat template: {}", e.what()));
   }
   program_ = std::move(program);
 }
@@ -732,6 +740,8 @@ Rendered Template::render(const nlohmann::ordered_json& context,
   } catch (const RenderError& e) {
     throw InvalidArgument(
         fmt::format("chat template line {}: {}", e.line ? e.line : r.line(), e.message));
+  } catch (const std::logic_error& e) {  // as in the constructor
+    throw InvalidArgument(fmt::format("chat template line {}: {}", r.line(), e.what()));
   }
 }
 
