@@ -328,7 +328,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     if (!old_v || !new_v) fail("replace needs old and new");
     const Str s = to_str(v), o = to_str(*old_v), nw = to_str(*new_v);
     return Value::string(
-        py_replace(s, o.text, nw, nw.text, count && count->kind == Kind::Int ? count->i : -1));
+        py_replace(s, o.text, nw, count && count->kind == Kind::Int ? count->i : -1));
   }
   if (n == "safe") {
     a.done(n, 0);

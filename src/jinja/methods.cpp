@@ -200,8 +200,8 @@ Value str_method(const Value& self, const std::string& name, Args& a) {
     const auto old_v = arg(0, "old"), new_v = arg(1, "new"), count = arg(2, "count");
     a.done(name, 3);
     if (!old_v || !new_v) fail("replace() takes at least 2 arguments");
+    want_str(*new_v, "replace() argument 2");
     return Value::string(py_replace(s, want_str(*old_v, "replace() argument 1"), new_v->s,
-                                    want_str(*new_v, "replace() argument 2"),
                                     count ? want_int(*count, "count") : -1));
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {

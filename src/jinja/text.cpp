@@ -165,9 +165,7 @@ std::string py_case(std::string_view s, std::string_view how) {
   return out;
 }
 
-Str py_replace(const Str& s, const std::string& old, const Str& new_s, const std::string& new_text,
-               int64_t count) {
-  (void)new_text;
+Str py_replace(const Str& s, const std::string& old, const Str& new_s, int64_t count) {
   Str out;
   const std::string& t = s.text;
   if (old.empty()) {

@@ -29,8 +29,7 @@ std::vector<std::pair<size_t, size_t>> py_splitlines(std::string_view s);
 // upper, lower, title, capitalize, casefold or swapcase of s.
 std::string py_case(std::string_view s, std::string_view how);
 // s.replace(old, new, count); new_s carries the replacement's marks.
-Str py_replace(const Str& s, const std::string& old, const Str& new_s, const std::string& new_text,
-               int64_t count);
+Str py_replace(const Str& s, const std::string& old, const Str& new_s, int64_t count);
 // isdigit, isalpha, isalnum, isspace, isupper, islower, isnumeric, isdecimal.
 bool py_is(std::string_view s, std::string_view test);
 
