@@ -489,7 +489,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     const Value def = arg_or(a, 0, "default", Value::number(0.0));
     a.done(n, 1);
     if (v.kind == Kind::Float) return v;
-    if (v.is_number()) return Value::number(static_cast<double>(v.kind == Kind::Bool ? v.b : v.i));
+    if (v.is_number()) return Value::number(static_cast<double>(as_int(v)));
     if (v.is_string()) {
       std::string t = py_strip(v.s, nullptr, true, true).text;
       t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
@@ -502,7 +502,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     a.done(n, 0);
     if (v.kind == Kind::Float) return Value::number(std::fabs(v.f));
     if (v.is_number()) {
-      const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
+      const int64_t i = as_int(v);
       if (i == INT64_MIN) fail("integer overflow: integers beyond 64 bits are not supported");
       return Value::integer(i < 0 ? -i : i);
     }
@@ -513,8 +513,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
     const Value method = arg_or(a, 1, "method", Value::string("common"));
     a.done(n, 2);
     if (!v.is_number()) fail("round needs a number");
-    const double x =
-        v.kind == Kind::Float ? v.f : static_cast<double>(v.kind == Kind::Bool ? v.b : v.i);
+    const double x = as_double(v);
     const int digits = static_cast<int>(std::clamp<int64_t>(prec.i, -30, 30));
     const std::string how = method.is_string() ? method.s.text : "common";
     if (how != "common" && how != "ceil" && how != "floor") {
@@ -525,8 +524,7 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
       // rounded on its exact binary value, ties to even: printf's %.nf is
       // exactly that, and reading it back gives the nearest double as
       // Python's does.
-      if (v.kind != Kind::Float && digits >= 0)
-        return Value::integer(v.kind == Kind::Bool ? v.b : v.i);
+      if (v.kind != Kind::Float && digits >= 0) return Value::integer(as_int(v));
       if (digits >= 0 && std::isfinite(x)) {
         return Value::number(std::strtod(fmt::format("{:.{}f}", x, digits).c_str(), nullptr));
       }
@@ -558,14 +556,11 @@ Value apply_filter(std::string_view name, const Value& v, Args& a) {
                          type_name(y)));
       }
       if (total.kind == Kind::Float || y.kind == Kind::Float) {
-        auto d = [](const Value& q) {
-          return q.kind == Kind::Float ? q.f
-                                       : static_cast<double>(q.kind == Kind::Bool ? q.b : q.i);
-        };
+        auto d = [](const Value& q) { return as_double(q); };
         total = Value::number(d(total) + d(y));
       } else {
         int64_t out;
-        if (__builtin_add_overflow(total.i, y.kind == Kind::Bool ? int64_t{y.b} : y.i, &out)) {
+        if (__builtin_add_overflow(total.i, as_int(y), &out)) {
           fail("integer overflow: integers beyond 64 bits are not supported");
         }
         total = Value::integer(out);
@@ -637,15 +632,13 @@ bool apply_test(std::string_view name, const Value& v, Args& a) {
     if (v.kind != Kind::Int && v.kind != Kind::Bool) {
       fail(fmt::format("unsupported operand type(s) for %: '{}' and 'int'", type_name(v)));
     }
-    const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
+    const int64_t i = as_int(v);
     return (i % 2 != 0) == (n == "odd");
   }
   if (n == "divisibleby") {
     const Value d = other();
     if (v.is_number() && d.is_number() && (d.kind == Kind::Float || v.kind == Kind::Float)) {
-      auto dbl = [](const Value& x) {
-        return x.kind == Kind::Float ? x.f : static_cast<double>(x.kind == Kind::Bool ? x.b : x.i);
-      };
+      auto dbl = [](const Value& x) { return as_double(x); };
       if (dbl(d) == 0) fail("float modulo");
       return py_fmod(dbl(v), dbl(d)) == 0;
     }
@@ -653,7 +646,7 @@ bool apply_test(std::string_view name, const Value& v, Args& a) {
       fail(fmt::format("unsupported operand type(s) for %: '{}' and '{}'", type_name(v),
                        type_name(d)));
     }
-    const int64_t x = v.kind == Kind::Bool ? v.b : v.i, y = d.kind == Kind::Bool ? d.b : d.i;
+    const int64_t x = as_int(v), y = as_int(d);
     if (y == 0) fail("integer division or modulo by zero");
     return y == -1 || x % y == 0;
   }
@@ -737,7 +730,7 @@ Dict make_globals(int64_t now_unix_seconds) {
           std::vector<int64_t> p;
           for (const Value& v : a.pos) {
             if (v.kind != Kind::Int && v.kind != Kind::Bool) fail("range() needs integers");
-            p.push_back(v.kind == Kind::Bool ? v.b : v.i);
+            p.push_back(as_int(v));
           }
           if (p.empty()) fail("range expected at least 1 argument, got 0");
           const int64_t start = p.size() > 1 ? p[0] : 0, stop = p.size() > 1 ? p[1] : p[0];

@@ -352,7 +352,7 @@ Value get_attr(const Value& obj, std::string_view name) {
 Value get_item(const Value& obj, const Value& key) {
   if (obj.is_iter()) return Value::undefined("'generator' object is not subscriptable");
   if ((obj.is_list() || obj.is_string()) && key.is_number() && key.kind != Kind::Float) {
-    int64_t k = key.kind == Kind::Bool ? key.b : key.i;
+    int64_t k = as_int(key);
     if (obj.is_list()) {
       const auto n = static_cast<int64_t>(obj.list->items.size());
       if (k < 0) k += n;

@@ -389,10 +389,6 @@ class Renderer {
   Value binary(const std::string& op, const Value& l, const Value& r) {
     if (l.is_undefined()) undefined_op(l);
     if (r.is_undefined()) undefined_op(r);
-    auto int_of = [](const Value& v) { return v.kind == Kind::Bool ? int64_t{v.b} : v.i; };
-    auto dbl_of = [&](const Value& v) {
-      return v.kind == Kind::Float ? v.f : static_cast<double>(int_of(v));
-    };
     const bool ints =
         l.is_number() && r.is_number() && l.kind != Kind::Float && r.kind != Kind::Float;
     const bool nums = l.is_number() && r.is_number();
@@ -402,10 +398,10 @@ class Renderer {
     if (op == "+") {
       if (ints) {
         int64_t out;
-        overflow(__builtin_add_overflow(int_of(l), int_of(r), &out));
+        overflow(__builtin_add_overflow(as_int(l), as_int(r), &out));
         return Value::integer(out);
       }
-      if (nums) return Value::number(dbl_of(l) + dbl_of(r));
+      if (nums) return Value::number(as_double(l) + as_double(r));
       if (l.is_string() && r.is_string()) {
         if (l.s.text.size() + r.s.text.size() > opt_.limits.max_output_bytes) too_long();
         // Markup + str escapes the plain side (markupsafe), and stays Markup.
@@ -432,22 +428,22 @@ class Renderer {
     } else if (op == "-") {
       if (ints) {
         int64_t out;
-        overflow(__builtin_sub_overflow(int_of(l), int_of(r), &out));
+        overflow(__builtin_sub_overflow(as_int(l), as_int(r), &out));
         return Value::integer(out);
       }
-      if (nums) return Value::number(dbl_of(l) - dbl_of(r));
+      if (nums) return Value::number(as_double(l) - as_double(r));
     } else if (op == "*") {
       if (ints) {
         int64_t out;
-        overflow(__builtin_mul_overflow(int_of(l), int_of(r), &out));
+        overflow(__builtin_mul_overflow(as_int(l), as_int(r), &out));
         return Value::integer(out);
       }
-      if (nums) return Value::number(dbl_of(l) * dbl_of(r));
+      if (nums) return Value::number(as_double(l) * as_double(r));
       const Value* seq = l.is_string() || l.is_list() ? &l : &r;
       const Value* times = seq == &l ? &r : &l;
       if ((seq->is_string() || seq->is_list()) && times->is_number() &&
           times->kind != Kind::Float) {
-        const int64_t n = std::max<int64_t>(0, int_of(*times));
+        const int64_t n = std::max<int64_t>(0, as_int(*times));
         const auto unit =
             static_cast<uint64_t>(seq->is_string() ? seq->s.text.size() : seq->list->items.size());
         // unit * n, without its overflow: 'abcd' * 2 ** 62 wraps to 0.
@@ -475,12 +471,12 @@ class Renderer {
       }
     } else if (op == "/") {
       if (nums) {
-        if (dbl_of(r) == 0) fail("division by zero");
-        return Value::number(dbl_of(l) / dbl_of(r));
+        if (as_double(r) == 0) fail("division by zero");
+        return Value::number(as_double(l) / as_double(r));
       }
     } else if (op == "//" || op == "%") {
       if (ints) {
-        const int64_t a = int_of(l), b = int_of(r);
+        const int64_t a = as_int(l), b = as_int(r);
         if (b == 0) fail("integer division or modulo by zero");
         if (a == INT64_MIN && b == -1) int_overflow();
         int64_t q = a / b, m = a % b;
@@ -491,7 +487,7 @@ class Renderer {
         return Value::integer(op == "//" ? q : m);
       }
       if (nums) {
-        const double a = dbl_of(l), b = dbl_of(r);
+        const double a = as_double(l), b = as_double(r);
         if (b == 0) fail("float division by zero");
         const double q = std::floor(a / b);
         if (op == "//") return Value::number(q);
@@ -501,10 +497,10 @@ class Renderer {
       }
       if (op == "%" && l.is_string()) fail("printf-style '%' string formatting is not supported");
     } else if (op == "**") {
-      if (ints && int_of(r) >= 0) {
+      if (ints && as_int(r) >= 0) {
         // 0, 1 and -1 never overflow: answered directly, so the loop below
         // (which overflows within 63 rounds for any other base) stays short.
-        const int64_t base = int_of(l), e = int_of(r);
+        const int64_t base = as_int(l), e = as_int(r);
         if (base == 0 || base == 1) return Value::integer(e == 0 ? 1 : base);
         if (base == -1) return Value::integer(e % 2 == 0 ? 1 : -1);
         int64_t out = 1;
@@ -512,7 +508,7 @@ class Renderer {
         return Value::integer(out);
       }
       if (nums) {
-        const double a = dbl_of(l), b = dbl_of(r);
+        const double a = as_double(l), b = as_double(r);
         if (a == 0 && b < 0) fail("0.0 cannot be raised to a negative power");
         // Python gives a complex number: (-8) ** (1 / 3) is (1.0000000000000002+1.73...j).
         if (a < 0 && std::isfinite(b) && b != std::floor(b)) {
@@ -634,7 +630,7 @@ class Renderer {
         if (v.is_undefined()) undefined_op(v);
         if (v.kind == Kind::Float) return Value::number(e.name == "-" ? -v.f : v.f);
         if (v.is_number()) {
-          const int64_t i = v.kind == Kind::Bool ? v.b : v.i;
+          const int64_t i = as_int(v);
           if (e.name == "-" && i == INT64_MIN) int_overflow();
           return Value::integer(e.name == "-" ? -i : i);
         }

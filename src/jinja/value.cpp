@@ -484,16 +484,16 @@ bool truthy(const Value& v) {
   }
 }
 
-namespace {
+int64_t as_int(const Value& v) { return v.kind == Kind::Bool ? int64_t{v.b} : v.i; }
+
 double as_double(const Value& v) {
-  return v.kind == Kind::Float ? v.f : static_cast<double>(v.kind == Kind::Bool ? v.b : v.i);
+  return v.kind == Kind::Float ? v.f : static_cast<double>(as_int(v));
 }
-}  // namespace
 
 bool equals(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.kind != Kind::Float && b.kind != Kind::Float) {
-      return (a.kind == Kind::Bool ? a.b : a.i) == (b.kind == Kind::Bool ? b.b : b.i);
+      return as_int(a) == as_int(b);
     }
     return as_double(a) == as_double(b);
   }
@@ -535,7 +535,7 @@ bool equals(const Value& a, const Value& b) {
 bool less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.kind != Kind::Float && b.kind != Kind::Float) {
-      return (a.kind == Kind::Bool ? a.b : a.i) < (b.kind == Kind::Bool ? b.b : b.i);
+      return as_int(a) < as_int(b);
     }
     return as_double(a) < as_double(b);
   }

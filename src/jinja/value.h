@@ -189,6 +189,11 @@ Nesting nesting_add(Nesting outer, Nesting inner);
 // Python's type name of `v` ("str", "int", "list", "dict", "NoneType" ...).
 std::string_view type_name(const Value& v);
 
+// The number of a Bool or Int (as_int) and of any number (as_double), as
+// Python's arithmetic reads them (True is 1).
+int64_t as_int(const Value& v);
+double as_double(const Value& v);
+
 bool truthy(const Value& v);
 bool equals(const Value& a, const Value& b);
 // a < b as Python orders numbers, strings (by code point) and lists; fails
