@@ -48,14 +48,6 @@ bool is_py_space(uint32_t cp) {
          cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-uint32_t decode_cp(std::string_view s, size_t b, size_t e) {
-  const auto c = static_cast<unsigned char>(s[b]);
-  if (e - b == 1) return c;
-  uint32_t cp = c & (0xFFu >> (e - b + 1));
-  for (size_t k = b + 1; k < e; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[k]) & 0x3Fu);
-  return cp;
-}
-
 Str py_strip(const Str& s, const std::string* chars, bool left, bool right) {
   const auto cps = code_points(s.text);
   std::vector<uint32_t> set;

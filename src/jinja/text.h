@@ -19,8 +19,6 @@ namespace encore::jinja {
 bool is_space_byte(char c);
 // str.isspace() for one code point.
 bool is_py_space(uint32_t cp);
-// The code point of the UTF-8 sequence s[b, e) (the byte itself if invalid).
-uint32_t decode_cp(std::string_view s, size_t b, size_t e);
 
 // s.strip(chars) / lstrip / rstrip: whitespace when chars is null.
 Str py_strip(const Str& s, const std::string* chars, bool left, bool right);

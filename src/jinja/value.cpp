@@ -30,14 +30,6 @@ size_t utf8_len(std::string_view s, size_t i) {
   return n;
 }
 
-uint32_t decode_at(std::string_view s, size_t i, size_t n) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  if (n == 1) return c;
-  uint32_t cp = c & (0xFF >> (n + 1));
-  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  return cp;
-}
-
 // Python's str.isprintable for a non-ASCII code point, approximated by the
 // separator, format and private-use blocks that real text meets.
 bool printable(uint32_t cp) {
@@ -55,7 +47,7 @@ std::string str_repr(std::string_view s) {
   std::string out(1, quote);
   for (size_t i = 0; i < s.size();) {
     const size_t n = utf8_len(s, i);
-    const uint32_t cp = decode_at(s, i, n);
+    const uint32_t cp = decode_cp(s, i, i + n);
     if (cp == static_cast<unsigned char>(quote) || cp == '\\') {
       out += '\\';
       out += static_cast<char>(cp);
@@ -84,7 +76,7 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out += '"';
   for (size_t i = 0; i < s.size();) {
     const size_t n = utf8_len(s, i);
-    const uint32_t cp = decode_at(s, i, n);
+    const uint32_t cp = decode_cp(s, i, i + n);
     switch (cp) {
       case '"':
         out += "\\\"";
@@ -647,6 +639,14 @@ std::string repr(const Value& v) {
     default:
       return to_str(v).text;
   }
+}
+
+uint32_t decode_cp(std::string_view s, size_t b, size_t e) {
+  const auto c = static_cast<unsigned char>(s[b]);
+  if (e - b == 1) return c;
+  uint32_t cp = c & (0xFFu >> (e - b + 1));
+  for (size_t k = b + 1; k < e; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[k]) & 0x3Fu);
+  return cp;
 }
 
 size_t count_code_points(std::string_view s) {

@@ -212,6 +212,8 @@ int64_t length(const Value& v);
 // Code point helpers over UTF-8 (invalid bytes count as one code point each).
 size_t count_code_points(std::string_view s);
 std::vector<size_t> code_point_offsets(std::string_view s);  // starts, plus s.size()
+// The code point of the UTF-8 sequence s[b, e) (the byte itself if invalid).
+uint32_t decode_cp(std::string_view s, size_t b, size_t e);
 // The bytes [begin, end) of code point k (negative: from the end), without
 // the offsets of all the others; nullopt when out of range.
 std::optional<std::pair<size_t, size_t>> nth_code_point(std::string_view s, int64_t k);
