@@ -18,6 +18,7 @@
 #include "encore/error.h"
 #include "encore/gguf.h"
 #include "encore/jinja.h"
+#include "encore/tokenizer.h"
 
 namespace encore::cli {
 namespace {
@@ -57,7 +58,7 @@ void run_template(const TemplateArgs& a) {
     auto t = file.opt_string("tokenizer.chat_template");
     if (!t) throw InvalidArgument(fmt::format("{} has no tokenizer.chat_template", a.model));
     source = std::move(*t);
-    const auto tok = load_tokenizer(a.model);
+    const auto tok = Tokenizer::create(vocab_from_gguf(file));  // the file opened above, not again
     const Vocab& v = tok->vocab();
     if (!context.contains("bos_token") && v.bos >= 0) context["bos_token"] = v.tokens[v.bos];
     if (!context.contains("eos_token") && v.eos >= 0) context["eos_token"] = v.tokens[v.eos];
