@@ -102,12 +102,10 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
       const Weights w = make_weights(t, 13, cols, 1);
-      // m = 6: the direct (decode) kernels of the quantised types and
-      // F16/BF16 (F32 is always read in place by the float tiles); m = 12:
-      // F16/BF16 widened first, quantised types decoded into a buffer
-      // (on AVX-512 some still direct); past kMaxDirectRows: no direct
-      // kernel at all.
-      for (int64_t m : {int64_t{6}, int64_t{12}, mm::kMaxDirectRows + 6}) {
+      // m = 6: the direct (decode) kernels of F16/BF16 (F32 is always read
+      // in place by the float tiles), one panel per block for the quantised
+      // types; m = 12 and 70: F16/BF16 widened first, blocks of 4 panels.
+      for (int64_t m : {int64_t{6}, int64_t{12}, int64_t{70}}) {
         expect_isas_equal_scalar(w, make_acts(m, cols, 2), m);
       }
     }
@@ -176,30 +174,21 @@ TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
   }
 }
 
-// The direct kernels are what decode-sized batches (up to 8 rows) of every
-// quantised type run, so the tests above test them. Some types keep them
-// for larger batches on AVX-512 (has_direct_avx512); none beyond
-// kMaxDirectRows, so EveryIsaEqualsScalarTwin's largest m tests the
-// decoded-rows path.
-TEST(Matmul, EveryQuantisedTypeHasDirectDecodeKernels) {
-  for (DType t : kTypes) {
-    const bool is_int = mm::is_int_type(t);
-    if (!is_int && t != DType::F16 && t != DType::BF16) continue;
+// F16/BF16 decode-sized batches (up to 8 rows) read the rows in place where
+// an ISA has direct kernels, so the tests above test them; larger batches
+// widen the rows first.
+TEST(Matmul, HalfFloatTypesHaveDirectDecodeKernels) {
+  for (DType t : {DType::F16, DType::BF16}) {
     for (const auto& [isa, table] :
          {std::pair{Isa::Avx2, &mm::avx2_kernels}, std::pair{Isa::Avx512, &mm::avx512_kernels}}) {
       // (The AVX-512 table is built by AVX-512 code: only where the CPU has it.)
       if (!isa_supported(isa)) continue;
       const mm::IsaKernels& k = table();
-      auto direct = [&](int64_t m) {
-        return is_int ? k.has_direct(t, m) : k.has_direct_float(t, m);
-      };
       for (int64_t m = 1; m <= 8; ++m) {
-        EXPECT_TRUE(direct(m)) << dtype_name(t) << " m=" << m << " " << isa_name(isa);
+        EXPECT_TRUE(k.has_direct_float(t, m))
+            << dtype_name(t) << " m=" << m << " " << isa_name(isa);
       }
-      EXPECT_FALSE(direct(mm::kMaxDirectRows + 1)) << dtype_name(t) << " " << isa_name(isa);
-      if (!is_int) {
-        EXPECT_FALSE(direct(9)) << dtype_name(t) << " " << isa_name(isa);
-      }
+      EXPECT_FALSE(k.has_direct_float(t, 9)) << dtype_name(t) << " " << isa_name(isa);
     }
   }
 }
@@ -303,12 +292,10 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
 // earlier call (or anything else) left in it never reaches an output. Here
 // every buffer starts out filled with junk (int8 77, float NaN) and the
 // outputs must equal those of a call with fresh buffers, bit for bit, for
-// the direct kernels (m = 3), the decoded or widened rows (m = 12) and past
-// kMaxDirectRows (m = 70); K leaves padding up to the next 256 (32, 480) or
-// none (256). Fails when the integer path's zero scales of the padding
-// (d, asum of the activations; ws, wm of the decoded rows) or the float
-// path's zeroing of its lanes are dropped (int8 junk under a zero scale
-// changes nothing, so the padding's int8 zeros are not what it pins). The
+// the direct kernels (m = 3), the widened rows and blocks of panels (m = 12,
+// 70); K leaves padding up to the next 256 (32, 480) or none (256). Fails
+// when the float path's zeroing of its lanes is dropped, or the integer
+// path reads a panel byte or an activation sum it did not write. The
 // buffers must still be the junk-filled ones after the call: a buffer
 // that grew would be fresh and prove nothing.
 TEST(Matmul, ScratchContentsNeverReachTheOutput) {
@@ -331,23 +318,23 @@ TEST(Matmul, ScratchContentsNeverReachTheOutput) {
           s.x.assign(n, nan);
           s.act_q.assign(n, int8_t{77});
           s.act_f.assign(n, nan);
+          s.act_i.assign(n, 0x12345678);
           s.threads.resize(2);
           for (auto& ts : s.threads) {
             ts.w.assign(n, nan);
             ts.acc.assign(n, nan);
-            ts.dec_w.assign(n, int8_t{77});
-            ts.dec_f.assign(n, nan);
+            ts.panels.assign(n, uint8_t{77});
           }
           std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
           matmul(w.view, x.data(), y.data(), m, &pool, isa, &s);
           ASSERT_EQ(s.x.size(), n);
           ASSERT_EQ(s.act_q.size(), n);
           ASSERT_EQ(s.act_f.size(), n);
+          ASSERT_EQ(s.act_i.size(), n);
           for (const auto& ts : s.threads) {
             ASSERT_EQ(ts.w.size(), n);
             ASSERT_EQ(ts.acc.size(), n);
-            ASSERT_EQ(ts.dec_w.size(), n);
-            ASSERT_EQ(ts.dec_f.size(), n);
+            ASSERT_EQ(ts.panels.size(), n);
           }
           EXPECT_TRUE(same_bits(y, ref))
               << dtype_name(t) << " cols=" << cols << " m=" << m << " isa=" << isa_name(isa);

@@ -72,6 +72,17 @@ class Model {
   // Cost: O(number of tensors); no weight data is read (except norms).
   static std::unique_ptr<Model> load(const gguf::File& file);
   ~Model();
+
+  // Repacks the quantised weight matrices the forward pass multiplies (not
+  // the token embeddings, unless they are the tied output head) into row
+  // panels (src/kernels/panel.h), owned by the Model. Without it every
+  // matmul repacks its weights on the fly: the same bits, much slower.
+  // Cost: reads those weights once and holds a copy of the same size beside
+  // the File's; runs on `pool` (not concurrently with other work on it).
+  // Call once, before any ForwardContext uses the Model.
+  void repack_weights(ThreadPool& pool);
+  // Bytes of the repacked copies (0 before repack_weights or for float models).
+  size_t repacked_bytes() const { return repacked_bytes_; }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -95,6 +106,8 @@ class Model {
   HParams hparams_;
   std::string path_;
   std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<uint8_t[]> repacked_;  // [repacked_bytes_ + 64] the panels of every matrix
+  size_t repacked_bytes_ = 0;
 };
 
 // The KV layout a model needs, with entries of kv_type (F32 or F16).

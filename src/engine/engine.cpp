@@ -196,6 +196,7 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   if (n_ctx < 1) throw ModelError(fmt::format("{}: the model's context length is 0", name));
   m.threads =
       std::make_unique<ThreadPool>(options.threads > 0 ? options.threads : default_threads());
+  m.model->repack_weights(*m.threads);
   bool fp_cached = false;
   const std::string model_fp =
       model_fingerprint_cached(*m.file, *m.threads, &fp_cached, options.fingerprint_cache_dir);

@@ -5,12 +5,6 @@
 // matmul_{scalar,avx2,avx512}.cpp tables; nothing here touches a sum, so the
 // blocking and the thread split never change a bit of the result.
 #include "kernels/matmul.h"
-#ifndef ENCORE_PF_ROWS
-#define ENCORE_PF_ROWS 16
-#endif
-#ifndef ENCORE_PF_LOC
-#define ENCORE_PF_LOC 2
-#endif
 
 #include <algorithm>
 #include <bit>
@@ -24,6 +18,7 @@
 #include "kernels/canonical.h"
 #include "kernels/kernel_table.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/panel.h"
 #include "kernels/quants.h"
 
 namespace encore::kernels {
@@ -61,29 +56,12 @@ void direct_tiles(int64_t r_begin, int64_t r_end, int64_t m, float* y, int64_t r
   }
 }
 
-// Weight rows decoded per block: small for decode-sized batches (the block
-// stays in L1 while its few activation rows pass over it), larger for
-// prefill so each decoded row is reused by every activation row while in L2.
-// Weight rows are streamed from memory once per call. The hardware
-// prefetcher alone leaves the memory bus idle while a decoded block is being
-// multiplied, so each row asks for the row kPrefetchRows ahead (only speed
-// depends on this).
-constexpr int64_t kPrefetchRows = ENCORE_PF_ROWS;
-
-void prefetch_row(const WeightView& w, int64_t row, int64_t end) {
-  if (row >= end) return;
-  const uint8_t* p = w.data + static_cast<size_t>(row) * w.row_bytes;
-  for (size_t off = 0; off < w.row_bytes; off += 64) __builtin_prefetch(p + off, 0, ENCORE_PF_LOC);
-}
-
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 // The first 64-byte aligned float of a buffer allocated 16 floats longer.
 float* align64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
-
-int64_t rows_per_block(int64_t m) { return m <= mm::kDecodeRows ? 4 : 16; }
 
 // The float prefill path (F32, and F16/BF16 widened) blocks all three loops
 // so that a 4 x 4 tile reads its operands from L1 and L2 rather than from
@@ -127,76 +105,75 @@ T* grow(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
+// Panels per block: a block's panels (a few KiB to ~100 KiB) stay in L2
+// while every chunk of activation rows passes over them, and a chunk of
+// kMaxTileC activation rows (K bytes each) stays in L1 across the block's
+// panels. Only speed depends on it.
+int64_t panels_per_block(int64_t m) { return m <= mm::kDecodeRows ? 1 : 4; }
+
 void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
                 const IsaKernels& kt, MatmulScratch& s) {
   const int64_t rows = w.rows, cols = w.cols;
   const int64_t kp = mm::padded_k(cols);
   const int64_t n_groups = kp / mm::kGroup, k_groups = cols / mm::kGroup;
-  const bool with_min = mm::has_min(w.type);
-  const bool w_signed = mm::is_signed_type(w.type);
 
-  // Quantised activations, zero-padded to kp (the padding adds nothing;
-  // quantize_act writes only the first cols values and groups of a row).
-  // The padding's zero scales (here and in the decoded rows) are what make
-  // it a no-op; the int8 values are zeroed too, as matmul_internal.h states the
-  // padding, though no kernel gives them weight under a zero scale.
+  // Quantised activations, zero-padded to kp (quantize_act writes only the
+  // first cols values and groups of a row; the kernels read only cols).
   int8_t* const act_q = grow(s.act_q, m * kp);           // [m, kp]
   float* const act_f = grow(s.act_f, 2 * m * n_groups);  // [2][m, n_groups]
-  const ActRows act{act_q, act_f, act_f + m * n_groups, kp};
+  int32_t* const act_i = grow(s.act_i, m * kp / 16);     // [m, kp / 16]
+  const ActRows act{act_q, act_f, act_f + m * n_groups, act_i, kp};
   for (int64_t i = 0; i < m; ++i) {
     kt.quantize_act(x + i * cols, cols, act, i);
     std::fill(act_q + i * kp + cols, act_q + (i + 1) * kp, int8_t{0});
     std::fill(act.d + i * n_groups + k_groups, act.d + (i + 1) * n_groups, 0.0f);
     std::fill(act.asum + i * n_groups + k_groups, act.asum + (i + 1) * n_groups, 0.0f);
+    for (int64_t h = 0; h < kp / 16; ++h) {
+      const int8_t* qh = act_q + i * kp + 16 * h;
+      int32_t sum = 0;
+      for (int k = 0; k < 16; ++k) sum += qh[k];
+      act_i[i * (kp / 16) + h] = sum;
+    }
   }
 
-  const int64_t rb_rows = rows_per_block(m);
-  // Small batches (decode; on some ISAs and types somewhat larger ones, see
-  // has_direct) read the blocks in place where the ISA has a direct kernel
-  // for the type: the weights are then read once, interleaved with the
-  // arithmetic.
-  const bool direct = kt.has_direct != nullptr && kt.has_direct(w.type, m);
-  auto run = [&](int64_t r_begin, int64_t r_end, int thread) {
-    if (direct) {  // the kernels add the offset term themselves
-      direct_tiles(r_begin, r_end, m, y, rows,
-                   [&](int R, int C, int64_t r0, int64_t i0, float* out) {
-                     kt.direct_tile(w.type, R, C, w.data + static_cast<size_t>(r0) * w.row_bytes,
-                                    w.row_bytes, cols, act, i0, out);
-                   });
-      return;
-    }
-    // This thread's decoded weight rows, zero-padded like the activations:
-    // decode writes only the first cols values (cols / 16 ws, cols / 32 wm)
-    // of a row, so the padding is cleared once here.
-    MatmulScratch::PerThread& ts = s.threads[thread];
-    const int64_t n_ws = kp / 16, k_ws = cols / 16;
-    int8_t* const dec_w = grow(ts.dec_w, rb_rows * kp);                // [rb_rows, kp]
-    float* const dec_f = grow(ts.dec_f, rb_rows * (n_ws + n_groups));  // ws, then wm
-    const DecRows dec{dec_w, dec_f,  // ws: [rb_rows, kp/16], wm: [rb_rows, kp/32]
-                      with_min ? dec_f + rb_rows * n_ws : nullptr, kp};
-    for (int64_t r = 0; r < rb_rows; ++r) {
-      std::fill(dec_w + r * kp + cols, dec_w + (r + 1) * kp, int8_t{0});
-      std::fill(dec.ws + r * n_ws + k_ws, dec.ws + (r + 1) * n_ws, 0.0f);
-      if (with_min) std::fill(dec.wm + r * n_groups + k_groups, dec.wm + (r + 1) * n_groups, 0.0f);
-    }
-    float out[mm::kMaxTileR * mm::kMaxTileC];
-    for (int64_t rb = r_begin; rb < r_end; rb += rb_rows) {
-      const int64_t nr = std::min(rb_rows, r_end - rb);
-      for (int64_t r = 0; r < nr; ++r) {
-        prefetch_row(w, rb + r + kPrefetchRows, r_end);
-        kt.decode(w.type, w.data + static_cast<size_t>(rb + r) * w.row_bytes, cols, dec, r);
+  const int64_t n_panels = mm::panel_count(rows);
+  const size_t pbytes = mm::panel_bytes(w.type, cols);
+  const int64_t per_block = panels_per_block(m);
+  auto run = [&](int64_t p_begin, int64_t p_end, int thread) {
+    // Views without repacked panels (tests, tools) are repacked a block at a
+    // time into this thread's buffer: the same numbers, so the same bits.
+    uint8_t* const own = w.panels == nullptr ? grow(s.threads[thread].panels,
+                                                    per_block * static_cast<int64_t>(pbytes))
+                                             : nullptr;
+    float out[mm::kMaxTileC * mm::kPanelRows];  // [C][16] a tile's outputs
+    for (int64_t pb = p_begin; pb < p_end; pb += per_block) {
+      const int64_t np = std::min(per_block, p_end - pb);
+      const uint8_t* base;
+      if (own != nullptr) {
+        for (int64_t p = 0; p < np; ++p) mm::repack_panel(w, pb + p, own + p * pbytes);
+        base = own;
+      } else {
+        base = w.panels + static_cast<size_t>(pb) * pbytes;
       }
       for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
         const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
-        for (int64_t r0 = 0; r0 < nr; r0 += mm::kMaxTileR) {
-          const int R = static_cast<int>(std::min<int64_t>(mm::kMaxTileR, nr - r0));
-          kt.int_tile(R, C, w_signed, dec, r0, act, i0, out);
-          store_tile(out, R, C, y, rows, i0, rb + r0);
+        for (int64_t p = 0; p < np; ++p) {
+          kt.panel_tile(w.type, base + static_cast<size_t>(p) * pbytes, cols, act, i0, C, out);
+          const int64_t r0 = (pb + p) * mm::kPanelRows;
+          const int R = static_cast<int>(std::min<int64_t>(mm::kPanelRows, rows - r0));
+          for (int c = 0; c < C; ++c) {
+            for (int r = 0; r < R; ++r)
+              y[(i0 + c) * rows + r0 + r] = canon(out[c * mm::kPanelRows + r]);
+          }
         }
       }
     }
   };
-  run_parallel(rows, rows * cols * m, pool, run);
+  if (pool == nullptr || pool->size() == 1 || rows * cols * m < kMinParallelWork) {
+    run(0, n_panels, 0);
+  } else {
+    pool->parallel_for(n_panels, run);
+  }
 }
 
 // n floats of v, 64-byte aligned.
@@ -301,6 +278,18 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
 }  // namespace
 
 bool matmul_uses_int8(DType t) { return mm::is_int_type(t); }
+
+size_t repacked_bytes(DType t, int64_t rows, int64_t cols) {
+  if (!mm::is_int_type(t)) return 0;
+  return static_cast<size_t>(mm::panel_count(rows)) * mm::panel_bytes(t, cols);
+}
+
+void repack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end) {
+  assert(mm::is_int_type(w.type));
+  const size_t pbytes = mm::panel_bytes(w.type, w.cols);
+  for (int64_t p = p_begin; p < p_end; ++p)
+    mm::repack_panel(w, p, dst + static_cast<size_t>(p) * pbytes);
+}
 
 void get_row(const WeightView& w, int64_t row, float* out) {
   dequantize_row(w.type, w.data + static_cast<size_t>(row) * w.row_bytes, out, w.cols);

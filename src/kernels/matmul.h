@@ -42,6 +42,10 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_bytes = 0;
+  // Optional, integer types only: the same matrix repacked into row panels
+  // (repack_panels below), which matmul then reads instead of `data`.
+  // Without it matmul repacks on the fly (the same bits, more work per call).
+  const uint8_t* panels = nullptr;  // [ceil(rows / 16), panel_bytes]
 };
 
 // Buffers of matmul that an owner keeps from one call to the next:
@@ -55,21 +59,20 @@ struct WeightView {
 //   pool thread 64 * (K + 32) + 32 * 64 * 16 floats, plus one copy of the
 //   activations, m * (K + 32) floats;
 // - integer path: the quantised activations, m * Kp bytes + m * Kp / 16
-//   floats, and where the rows are decoded first (the ISA's table has no
-//   direct kernel for the type at this m), per pool thread up to 16 * Kp
-//   bytes + 16 * 3 * Kp / 32 floats.
+//   floats + m * Kp / 16 int32, and for a view without repacked panels, per
+//   pool thread up to 4 panels (4 * 16 rows of about the weights' own size).
 // Not thread-safe: one matmul call at a time per scratch.
 struct MatmulScratch {
   struct PerThread {
-    std::vector<float> w;       // [rows per block, K + 32] widened weight rows
-    std::vector<float> acc;     // [chunk / 4 * tiles per block][16 pairs][16 lanes]
-    std::vector<int8_t> dec_w;  // [rows per block, Kp] decoded integer weight rows
-    std::vector<float> dec_f;   // [rows per block, Kp / 16] ws, then [rows per block, Kp / 32] wm
+    std::vector<float> w;         // [rows per block, K + 32] widened weight rows
+    std::vector<float> acc;       // [chunk / 4 * tiles per block][16 pairs][16 lanes]
+    std::vector<uint8_t> panels;  // [panels per block, panel bytes] repacked on the fly
   };
   std::vector<PerThread> threads;  // [pool size], by ThreadPool's `thread` index
   std::vector<float> x;            // [m, K + 32] the activations on 64-byte aligned rows
   std::vector<int8_t> act_q;       // [m, Kp] quantised activations
   std::vector<float> act_f;        // [2][m, Kp / 32] their scales and sums
+  std::vector<int32_t> act_i;      // [m, Kp / 16] their integer sums per 16 values
 };
 
 // y = x W^T for a batch of m activations: y[i][r] = sum_c W[r][c] * x[i][c].
@@ -82,6 +85,13 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool
 // True when matmul multiplies weights of type t as int8 dot products (the
 // quantised types); false when it widens them to float and uses FMA.
 bool matmul_uses_int8(DType t);
+
+// Bytes of the repacked panels of a rows x cols matrix of type t, or 0 where
+// matmul reads the type as it is (the float types).
+size_t repacked_bytes(DType t, int64_t rows, int64_t cols);
+// Repacks w (an integer type) into dst: [repacked_bytes(...)], panels
+// [p_begin, p_end) only (so a caller can split the work across threads).
+void repack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end);
 
 // Dequantises row `row` of `w` into out: [w.cols]. Used for embedding lookup.
 void get_row(const WeightView& w, int64_t row, float* out);

@@ -10,6 +10,7 @@
 #include "kernels/canonical.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul_internal.h"
+#include "kernels/panel.h"
 #include "kernels/quants.h"
 #include "kernels/quants_internal.h"
 
@@ -29,10 +30,6 @@ bool is_int_type(DType t) {
     default:
       return false;
   }
-}
-
-bool is_signed_type(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q5_0 || t == DType::Q6_K;
 }
 
 bool has_min(DType t) {
@@ -197,39 +194,28 @@ void widen_scalar(DType t, const uint8_t* src, int64_t k, float* dst) {
 
 namespace {
 
-// The offset term reduce8(accm) of one (weight row, activation row) pair.
-float min_term_scalar(const float* wm, const float* asum, int64_t n_groups) {
-  float accm[8] = {};
-  for (int64_t g = 0; g < n_groups; ++g) accm[g % 8] = std::fma(wm[g], asum[g], accm[g % 8]);
-  const float s0 = accm[0] + accm[4], s1 = accm[1] + accm[5];
-  const float s2 = accm[2] + accm[6], s3 = accm[3] + accm[7];
-  return (s0 + s2) + (s1 + s3);
-}
-
-void int_tile_scalar(int R, int C, bool, const DecRows& dr, int64_t r0, const ActRows& a,
-                     int64_t i0, float* out) {
-  const int64_t n_groups = a.kp / kGroup;
+// The order of matmul_internal.h, one output at a time.
+void panel_tile_scalar(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0,
+                       int C, float* out) {
+  const PanelFormat& f = panel_format(t);
+  const int64_t n_groups = k / kGroup, ag = a.kp / kGroup;
   for (int c = 0; c < C; ++c) {
     const int8_t* q = a.q + (i0 + c) * a.kp;
-    const float* da = a.d + (i0 + c) * n_groups;
-    for (int r = 0; r < R; ++r) {
-      const int8_t* w = dr.w + (r0 + r) * dr.kp;
-      const float* ws = dr.ws + (r0 + r) * (dr.kp / 16);
-      float acc[16] = {};
+    const float* da = a.d + (i0 + c) * ag;
+    const float* asum = a.asum + (i0 + c) * ag;
+    for (int r = 0; r < kPanelRows; ++r) {
+      float acc = 0.0f, accm = 0.0f;
       for (int64_t g = 0; g < n_groups; ++g) {
-        for (int l = 0; l < 8; ++l) {
-          int32_t p = 0;
-          for (int k = 0; k < 4; ++k) p += int32_t{w[32 * g + 4 * l + k]} * q[32 * g + 4 * l + k];
-          const float s = ws[2 * g + l / 4] * da[g];
-          float& lane = acc[8 * (g % 2) + l];
-          lane = std::fma(static_cast<float>(p), s, lane);
+        const GroupScales s = panel_scales(f, panel, r, g);
+        int32_t half[2] = {0, 0};  // the sums over values [0, 16) and [16, 32)
+        for (int kk = 0; kk < kGroup; ++kk) {
+          half[kk / 16] += panel_weight(f, panel, r, kGroup * g + kk) * int32_t{q[kGroup * g + kk]};
         }
+        const int32_t sum = s.sc_a * half[0] + s.sc_b * half[1];
+        acc = std::fma(static_cast<float>(sum), s.ws * da[g], acc);
+        if (f.has_min) accm = std::fma(s.wm, asum[g], accm);
       }
-      out[c * R + r] = reduce16(acc);
-      if (dr.wm != nullptr) {
-        out[c * R + r] +=
-            min_term_scalar(dr.wm + (r0 + r) * n_groups, a.asum + (i0 + c) * n_groups, n_groups);
-      }
+      out[c * kPanelRows + r] = f.has_min ? acc + accm : acc;
     }
   }
 }
@@ -249,8 +235,8 @@ void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const flo
 }  // namespace
 
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels k{quantize_act_scalar, decode_scalar, int_tile_scalar, float_tile_scalar,
-                            widen_scalar,        nullptr,       nullptr};
+  static const IsaKernels k{quantize_act_scalar, panel_tile_scalar, float_tile_scalar,
+                            widen_scalar};
   return k;
 }
 

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cassert>
+#include <memory>
 #include <stdexcept>
 
 #include "encore/error.h"
@@ -40,6 +42,35 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
                                  fmt::join(supported_architectures(), ", ")));
   }
   return std::unique_ptr<Model>(new Model(std::move(hp), file.path(), std::move(weights)));
+}
+
+void Model::repack_weights(ThreadPool& pool) {
+  assert(repacked_ == nullptr);
+  std::vector<kernels::WeightView*> views;
+  for (LayerWeights& l : weights_->layers) {
+    for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      views.push_back(v);
+    }
+  }
+  views.push_back(&weights_->output);
+  // Each matrix's panels start on a 64-byte boundary (a cache line).
+  auto aligned = [](size_t n) { return (n + 63) / 64 * 64; };
+  size_t total = 0;
+  for (const kernels::WeightView* v : views)
+    total += aligned(kernels::repacked_bytes(v->type, v->rows, v->cols));
+  if (total == 0) return;
+  repacked_ = std::make_unique_for_overwrite<uint8_t[]>(total + 64);  // each byte written below
+  repacked_bytes_ = total;
+  uint8_t* dst = repacked_.get() + (64 - reinterpret_cast<uintptr_t>(repacked_.get()) % 64) % 64;
+  for (kernels::WeightView* v : views) {
+    const size_t n = kernels::repacked_bytes(v->type, v->rows, v->cols);
+    if (n == 0) continue;
+    const int64_t n_panels = (v->rows + 15) / 16;
+    pool.parallel_for(
+        n_panels, [&](int64_t p0, int64_t p1, int) { kernels::repack_panels(*v, dst, p0, p1); });
+    v->panels = dst;
+    dst += aligned(n);
+  }
 }
 
 KvLayout kv_layout_for(const HParams& hparams, DType kv_type, int block_tokens) {

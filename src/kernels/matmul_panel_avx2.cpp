@@ -1,0 +1,74 @@
+// The integer panel kernel (panel_kernel.h) for AVX2: one ymm register holds
+// 8 rows (half a panel); maddubs sums 2 products per 16-bit lane, madd the
+// pairs into 32-bit lanes.
+#include <immintrin.h>
+
+#include "kernels/matmul_internal.h"
+#include "kernels/panel_kernel.h"
+
+namespace encore::kernels::mm {
+namespace {
+
+struct V256 {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kW = 8;     // rows per register
+  static constexpr int kMaxC = 2;  // activation rows per tile (of 16 registers)
+  // Signed weights use the sign trick instead (|w| * sign(q, w)): no bias.
+  static constexpr int kI8Bias = 0;
+  static I izero() { return _mm256_setzero_si256(); }
+  static F fzero() { return _mm256_setzero_ps(); }
+  static I load(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
+  static I set1_epi8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
+  static I bcast(int32_t v) { return _mm256_set1_epi32(v); }
+  static I and_(I a, I b) { return _mm256_and_si256(a, b); }
+  static I or_(I a, I b) { return _mm256_or_si256(a, b); }
+  template <int N>
+  static I srli(I a) {
+    return _mm256_srli_epi32(a, N);
+  }
+  template <int N>
+  static I slli(I a) {
+    return _mm256_slli_epi32(a, N);
+  }
+  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  // u <= 63 and |q| <= 127: a pair's sum (<= 16002) never saturates.
+  static I dot(I acc, I u, I q) {
+    return _mm256_add_epi32(acc,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1)));
+  }
+  // |w| <= 128 and |q| <= 127: a pair (<= 32512) never saturates.
+  static I dot_i8(I acc, I w, I q) {
+    return dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+  }
+  static F f16(const uint8_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static F u8_to_f(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static I s8_to_i(const uint8_t* p) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static F cvt(I a) { return _mm256_cvtepi32_ps(a); }  // exact: |a| < 2^24
+  static F fset1(float v) { return _mm256_set1_ps(v); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fadd(F a, F b) { return _mm256_add_ps(a, b); }
+  static F neg(F a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static void fstore(float* p, F v) { _mm256_storeu_ps(p, v); }
+};
+
+}  // namespace
+
+void panel_tile_avx2(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C,
+                     float* out) {
+  panel_kernel::panel_tile<V256>(t, panel, k, a, i0, C, out);
+}
+
+}  // namespace encore::kernels::mm

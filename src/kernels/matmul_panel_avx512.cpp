@@ -1,0 +1,72 @@
+// The integer panel kernel (panel_kernel.h) for AVX-512 with VNNI: one zmm
+// register holds 16 rows, vpdpbusd sums 4 products per row.
+// GCC 12 flags the _mm512_undefined_*() pass-through operands inside its own
+// AVX-512 intrinsics as uninitialised (a known false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/matmul_internal.h"
+#include "kernels/panel_kernel.h"
+
+namespace encore::kernels::mm {
+namespace {
+
+struct V512 {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kW = 16;    // rows per register
+  static constexpr int kMaxC = 4;  // activation rows per tile (of 32 registers)
+  // Signed weight bytes are made unsigned (w + 128) for vpdpbusd; the kernel
+  // subtracts 128 times the activations' sum.
+  static constexpr int kI8Bias = 128;
+  static I izero() { return _mm512_setzero_si512(); }
+  static F fzero() { return _mm512_setzero_ps(); }
+  static I load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static I set1_epi8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+  static I bcast(int32_t v) { return _mm512_set1_epi32(v); }
+  static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+  static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  template <int N>
+  static I srli(I a) {
+    return _mm512_srli_epi32(a, N);
+  }
+  template <int N>
+  static I slli(I a) {
+    return _mm512_slli_epi32(a, N);
+  }
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  // acc + per row the sum of 4 products of unsigned u and signed q bytes.
+  static I dot(I acc, I u, I q) { return _mm512_dpbusd_epi32(acc, u, q); }
+  static I dot_i8(I acc, I w, I q) {
+    return _mm512_dpbusd_epi32(acc, _mm512_xor_si512(w, set1_epi8(0x80)), q);
+  }
+  static F f16(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static F u8_to_f(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static I s8_to_i(const uint8_t* p) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static F cvt(I a) { return _mm512_cvtepi32_ps(a); }  // exact: |a| < 2^24
+  static F fset1(float v) { return _mm512_set1_ps(v); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fadd(F a, F b) { return _mm512_add_ps(a, b); }
+  static F neg(F a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); }
+  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
+};
+
+}  // namespace
+
+void panel_tile_avx512(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0,
+                       int C, float* out) {
+  panel_kernel::panel_tile<V512>(t, panel, k, a, i0, C, out);
+}
+
+}  // namespace encore::kernels::mm

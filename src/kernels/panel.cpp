@@ -1,0 +1,215 @@
+// Row panels (panel.h): the formats, the repacking and the scalar reads the
+// scalar twin uses.
+#include "kernels/panel.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "kernels/fp16.h"
+#include "kernels/matmul_internal.h"
+#include "kernels/quants.h"
+
+namespace encore::kernels::mm {
+namespace {
+
+constexpr size_t kRows = kPanelRows;
+
+PanelFormat make(PanelValues v, PanelScales s, bool has_min, int bias) {
+  PanelFormat f;
+  f.values = v;
+  f.scales = s;
+  f.has_min = has_min;
+  f.bias = bias;
+  f.unit_values = s == PanelScales::Legacy ? kLegacyBlock : kSuperBlock;
+  switch (v) {
+    case PanelValues::I8:
+      f.group_bytes = 32 * kRows;
+      break;
+    case PanelValues::U4:
+      f.group_bytes = 16 * kRows;
+      break;
+    case PanelValues::U5:
+      f.group_bytes = 20 * kRows;
+      break;
+    case PanelValues::U6:
+      f.group_bytes = 24 * kRows;
+      break;
+  }
+  switch (s) {
+    case PanelScales::Legacy:
+      f.head_bytes = (has_min ? 4 : 2) * kRows;
+      break;
+    case PanelScales::KQuant:
+      f.head_bytes = (2 + 2 + 8 + 8) * kRows;
+      break;
+    case PanelScales::Q6K:
+      f.head_bytes = (2 + 16) * kRows;
+      break;
+  }
+  f.unit_bytes = f.head_bytes + static_cast<size_t>(f.unit_values / kGroup) * f.group_bytes;
+  return f;
+}
+
+// Byte offsets inside a unit's header.
+constexpr size_t kHeadD = 0;             // d[16] fp16
+constexpr size_t kHeadM = 2 * kRows;     // legacy m[16] / K dmin[16] fp16
+constexpr size_t kHeadKSc = 4 * kRows;   // K: sc[8][16]
+constexpr size_t kHeadKMn = 12 * kRows;  // K: mn[8][16]
+constexpr size_t kHeadQ6Sc = 2 * kRows;  // Q6_K: sc[16][16]
+constexpr size_t kHigh = 16 * kRows;     // H after the nibbles
+constexpr size_t kHigh2 = 20 * kRows;    // H2 after H
+
+void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+uint16_t get16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Writes the 32 stored values u of row r into a group's bytes.
+void put_group(const PanelFormat& f, uint8_t* grp, int r, const int* u) {
+  if (f.values == PanelValues::I8) {
+    for (int k = 0; k < 32; ++k) grp[(k / 4 * kRows + r) * 4 + k % 4] = static_cast<uint8_t>(u[k]);
+    return;
+  }
+  for (int j = 0; j < 4; ++j) {
+    for (int t = 0; t < 4; ++t) {
+      const int lo = u[4 * j + t], hi = u[16 + 4 * j + t];
+      grp[(j * kRows + r) * 4 + t] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+      if (f.values != PanelValues::U4) {
+        uint8_t& h = grp[kHigh + r * 4 + t];
+        h = static_cast<uint8_t>(h | ((lo >> 4) & 1) << j | ((hi >> 4) & 1) << (4 + j));
+      }
+      if (f.values == PanelValues::U6) {
+        uint8_t& h = grp[kHigh2 + r * 4 + t];
+        h = static_cast<uint8_t>(h | ((lo >> 5) & 1) << j | ((hi >> 5) & 1) << (4 + j));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const PanelFormat& panel_format(DType t) {
+  static const PanelFormat q8_0 = make(PanelValues::I8, PanelScales::Legacy, false, 0);
+  static const PanelFormat q4_0 = make(PanelValues::U4, PanelScales::Legacy, false, 8);
+  static const PanelFormat q4_1 = make(PanelValues::U4, PanelScales::Legacy, true, 0);
+  static const PanelFormat q5_0 = make(PanelValues::U5, PanelScales::Legacy, false, 16);
+  static const PanelFormat q5_1 = make(PanelValues::U5, PanelScales::Legacy, true, 0);
+  static const PanelFormat q4_k = make(PanelValues::U4, PanelScales::KQuant, true, 0);
+  static const PanelFormat q5_k = make(PanelValues::U5, PanelScales::KQuant, true, 0);
+  static const PanelFormat q6_k = make(PanelValues::U6, PanelScales::Q6K, false, 32);
+  switch (t) {
+    case DType::Q8_0:
+      return q8_0;
+    case DType::Q4_0:
+      return q4_0;
+    case DType::Q4_1:
+      return q4_1;
+    case DType::Q5_0:
+      return q5_0;
+    case DType::Q5_1:
+      return q5_1;
+    case DType::Q4_K:
+      return q4_k;
+    case DType::Q5_K:
+      return q5_k;
+    case DType::Q6_K:
+      return q6_k;
+    default:
+      break;
+  }
+  assert(false && "panel_format: not an integer type");
+  return q8_0;
+}
+
+size_t panel_bytes(DType t, int64_t cols) {
+  const PanelFormat& f = panel_format(t);
+  return static_cast<size_t>(cols / f.unit_values) * f.unit_bytes;
+}
+
+void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
+  const PanelFormat& f = panel_format(w.type);
+  const int64_t n_units = w.cols / f.unit_values;
+  const size_t unit_src = dtype_row_bytes(w.type, static_cast<uint64_t>(f.unit_values));
+  std::memset(dst, 0, panel_bytes(w.type, w.cols));
+  // One unit of one row decoded exactly (decode_scalar: signed w = u -
+  // bias), the scales then read from the block itself.
+  int8_t wv[kSuperBlock];
+  float ws[kSuperBlock / 16], wm[kSuperBlock / kGroup];
+  const DecRows dec{wv, ws, wm, kSuperBlock};
+  for (int r = 0; r < kPanelRows && p * kPanelRows + r < w.rows; ++r) {
+    const uint8_t* src = w.data + static_cast<size_t>(p * kPanelRows + r) * w.row_bytes;
+    for (int64_t u = 0; u < n_units; ++u) {
+      const uint8_t* b = src + static_cast<size_t>(u) * unit_src;
+      uint8_t* unit = dst + static_cast<size_t>(u) * f.unit_bytes;
+      decode_scalar(w.type, b, f.unit_values, dec, 0);
+      if (f.scales == PanelScales::Legacy) {
+        put16(unit + kHeadD + 2 * r, get16(b));
+        if (f.has_min) put16(unit + kHeadM + 2 * r, get16(b + 2));
+      } else if (f.scales == PanelScales::KQuant) {
+        put16(unit + kHeadD + 2 * r, get16(b));
+        put16(unit + kHeadM + 2 * r, get16(b + 2));
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc, mn;
+          get_scale_min_k4(j, b + 4, &sc, &mn);
+          unit[kHeadKSc + j * kRows + r] = sc;
+          unit[kHeadKMn + j * kRows + r] = mn;
+        }
+      } else {
+        put16(unit + kHeadD + 2 * r, get16(b + offsetof(BlockQ6_K, d)));
+        for (int i = 0; i < 16; ++i) {
+          unit[kHeadQ6Sc + i * kRows + r] = b[offsetof(BlockQ6_K, scales) + i];
+        }
+      }
+      for (int64_t g = 0; g < f.unit_values / kGroup; ++g) {
+        int u_vals[kGroup];
+        for (int k = 0; k < kGroup; ++k) u_vals[k] = wv[g * kGroup + k] + f.bias;
+        put_group(f, unit + f.head_bytes + static_cast<size_t>(g) * f.group_bytes, r, u_vals);
+      }
+    }
+  }
+}
+
+int panel_weight(const PanelFormat& f, const uint8_t* panel, int r, int64_t k) {
+  const int64_t per_unit = f.unit_values / kGroup;
+  const int64_t g = k / kGroup;
+  const uint8_t* grp = panel + static_cast<size_t>(g / per_unit) * f.unit_bytes + f.head_bytes +
+                       static_cast<size_t>(g % per_unit) * f.group_bytes;
+  const int kk = static_cast<int>(k % kGroup);
+  if (f.values == PanelValues::I8)
+    return static_cast<int8_t>(grp[(kk / 4 * kRows + r) * 4 + kk % 4]);
+  const int hi = kk >= 16 ? 1 : 0, j = (kk % 16) / 4, t = kk % 4;
+  const uint8_t nib = grp[(j * kRows + r) * 4 + t];
+  int u = hi ? nib >> 4 : nib & 15;
+  if (f.values != PanelValues::U4) u |= ((grp[kHigh + r * 4 + t] >> (j + 4 * hi)) & 1) << 4;
+  if (f.values == PanelValues::U6) u |= ((grp[kHigh2 + r * 4 + t] >> (j + 4 * hi)) & 1) << 5;
+  return u - f.bias;
+}
+
+GroupScales panel_scales(const PanelFormat& f, const uint8_t* panel, int r, int64_t g) {
+  const int64_t per_unit = f.unit_values / kGroup;
+  const uint8_t* unit = panel + static_cast<size_t>(g / per_unit) * f.unit_bytes;
+  const int gi = static_cast<int>(g % per_unit);
+  GroupScales s;
+  const float d = fp16_to_f32(get16(unit + kHeadD + 2 * r));
+  switch (f.scales) {
+    case PanelScales::Legacy:
+      s.ws = d;
+      if (f.has_min) s.wm = fp16_to_f32(get16(unit + kHeadM + 2 * r));
+      break;
+    case PanelScales::KQuant:  // both products exact in float
+      s.ws = d * static_cast<float>(unit[kHeadKSc + gi * kRows + r]);
+      s.wm = -(fp16_to_f32(get16(unit + kHeadM + 2 * r)) *
+               static_cast<float>(unit[kHeadKMn + gi * kRows + r]));
+      break;
+    case PanelScales::Q6K:
+      s.ws = d;
+      s.sc_a = static_cast<int8_t>(unit[kHeadQ6Sc + 2 * gi * kRows + r]);
+      s.sc_b = static_cast<int8_t>(unit[kHeadQ6Sc + (2 * gi + 1) * kRows + r]);
+      break;
+  }
+  return s;
+}
+
+}  // namespace encore::kernels::mm

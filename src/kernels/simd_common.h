@@ -1,0 +1,42 @@
+// Pieces shared by the float kernels of both SIMD ISAs (included by
+// matmul_avx2.cpp and matmul_avx512.cpp, which are compiled with AVX2 and
+// F16C): reduce8 and in_register. In an anonymous namespace: each file gets its own
+// copy, compiled for its own ISA (one shared inline copy could be the
+// AVX-512 one, called from the AVX2 kernels).
+#pragma once
+
+#include <immintrin.h>
+
+#include "kernels/matmul_internal.h"
+
+namespace encore::kernels::mm {
+namespace {
+
+// v, kept in a register: GCC 12 otherwise folds a load into every
+// instruction that uses the loaded value, so in a 2 x 2 float sub-tile one
+// of the two operands was loaded once per fma instead of once per step (12
+// loads per 8 fmas; the loads, not the fmas, were the limit), and the
+// integer kernels loaded an activation vector once per maddubs / vpdpbusd.
+// The empty asm, which GCC must assume changes v, stops the folding. Speed
+// only: the same operations in the same order. Measured on the Zen 5 class
+// VM: AVX2 direct kernels, one thread, weights in L2, 1 / 8 activation rows
+// (GOP/s): Q6_K 48 -> 56 / 69 -> 81, Q5_0 42 -> 52 / 65 -> 78, Q8_0 52 -> 62
+// / 73 -> 100 (Q4_0, Q4_K, Q5_K unchanged); AVX-512 int_tile_t, 512 rows,
+// two threads: Q8_0 +3 %, Q4_0 and Q6_K +15-20 % (the unsigned types
+// unchanged).
+template <class V>
+inline V in_register(V v) {
+  asm("" : "+v"(v));  // any vector register (zmm16-31 too)
+  return v;
+}
+
+// The last three levels of canonical.h's reduce16 on one 8-lane register: s4[l] = a[l] +
+// a[l + 4], then (s4[0] + s4[2]) + (s4[1] + s4[3]).
+inline float reduce8(__m256 a) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 t = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // s4[0]+s4[2], s4[1]+s4[3]
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+}  // namespace
+}  // namespace encore::kernels::mm
