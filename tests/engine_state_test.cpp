@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cli_runner.h"
@@ -262,6 +263,55 @@ TEST_F(EngineState, AnotherModelNeverUsesTheState) {
   bool told = false;
   for (const std::string& l : logged()) told |= l.find("another model") != std::string::npos;
   EXPECT_TRUE(told);
+}
+
+// State computed under the kernels' first canonical order (v1: SIMD lanes
+// along K) is another system fingerprint: a session record of a v1 engine
+// (here: this engine's own record, filed under the fingerprint with
+// canonical_order 1, as a v1 build wrote it) is never continued; the
+// refusal is logged and counted. The same record under this engine's
+// fingerprint is used, so it is the order alone that refuses it.
+TEST_F(EngineState, StateOfTheFirstCanonicalOrderIsNeverUsed) {
+  std::string fp, fp_v1, record;
+  {
+    auto e = open(dir());
+    fp = e->info().system_fingerprint;
+    NumericsSettings v1 = e->info().numerics;
+    ASSERT_EQ(v1.canonical_order, 2);
+    v1.canonical_order = 1;
+    fp_v1 = system_fingerprint(e->info().model_fingerprint, v1);
+    Request r = request2(prompt_of(20, 12), 3, 4);
+    r.session = "s";
+    e->run(r);
+  }
+  ASSERT_NE(fp_v1, fp);
+  {
+    DiskStoreOptions d;
+    d.dir = dir();
+    record = open_disk_store(d)->get({fp, "", "session/s"}).value();
+  }
+  std::string v1_record = record;
+  v1_record.replace(v1_record.find(fp), fp.size(), fp_v1);
+  const std::string v1_dir = dir() + "/v1", same_dir = dir() + "/same";
+  for (const auto& [where, key_fp, text] :
+       {std::tuple{v1_dir, fp_v1, v1_record}, std::tuple{same_dir, fp, record}}) {
+    DiskStoreOptions d;
+    d.dir = where;
+    open_disk_store(d)->put({key_fp, "", "session/s"}, text, std::chrono::milliseconds(0));
+  }
+  auto e = open(v1_dir);
+  const std::string why = refusal(*e, continuation("s", 3), "a v1 session was continued");
+  EXPECT_NE(why.find("saved by another model"), std::string::npos) << why;
+  EXPECT_NE(why.find(fp_v1), std::string::npos) << why;
+  e->drain();
+  EXPECT_EQ(e->stats().state_fallbacks, 1);
+  auto control = open(same_dir);
+  const Response same = control->run(continuation("s", 3));
+  EXPECT_EQ(same.status, Response::Status::Ok) << same.error;
+  EXPECT_TRUE(same.session_found) << "the control record was not used";
+  bool told = false;
+  for (const std::string& l : logged()) told |= l.find(fp_v1) != std::string::npos;
+  EXPECT_TRUE(told) << "the v1 fingerprint was not logged";
 }
 
 // A tier whose writes wait until the test opens it; reads see only what

@@ -363,6 +363,10 @@ TEST(SystemFingerprint, EachInputChangesIt) {
   rope_base.rope_freq_base = std::nextafter(10000.0f, 20000.0f);
   EXPECT_NE(system_fingerprint(model_fp, rope_base), ref);
 
+  NumericsSettings order = base;
+  order.canonical_order = 1;  // state of the kernels' first order
+  EXPECT_NE(system_fingerprint(model_fp, order), ref);
+
   NumericsSettings rope_scale = base;
   rope_scale.rope_freq_scale = 0.25f;
   EXPECT_NE(system_fingerprint(model_fp, rope_scale), ref);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "encore/dtype.h"
+#include "encore/fingerprint.h"
 #include "encore/isa.h"
 #include "encore/request.h"
 #include "encore/run_state.h"
@@ -129,6 +130,7 @@ struct EngineInfo {
   std::string model_fingerprint;
   bool model_fingerprint_cached = false;  // read from the fingerprint cache
   std::string system_fingerprint;
+  NumericsSettings numerics;  // what the system fingerprint covers besides the model and build
   double load_seconds = 0;
 };
 

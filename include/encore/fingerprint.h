@@ -80,6 +80,10 @@ bool fingerprint_ignores_key(std::string_view key);
 
 // Every setting outside the model file that can change numerics.
 struct NumericsSettings {
+  // The version of the kernels' canonical order (src/kernels/
+  // matmul_internal.h): fixed by the binary, a field so that state computed
+  // under an older order (1: SIMD lanes along K) is named and never used.
+  int canonical_order = 2;
   DType kv_type = DType::F16;  // KV cache element type
   float rope_freq_base = 0;    // effective values used by the forward pass (0 = none given)
   float rope_freq_scale = 0;

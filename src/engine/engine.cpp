@@ -240,6 +240,7 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   info.model_fingerprint = model_fp;
   info.model_fingerprint_cached = fp_cached;
   info.system_fingerprint = system_fingerprint(model_fp, numerics);
+  info.numerics = numerics;
   info.load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -7,13 +7,16 @@
 
 #include "encore/fingerprint.h"
 #include "encore/version.h"
+#include "kernels/matmul.h"
 
 namespace encore {
 namespace {
 
 // Bumped whenever the encoding or the set of fields changes, so a new binary
 // never reproduces an old fingerprint over different inputs.
-constexpr std::string_view kDomain = "encore-system-fingerprint-v1";
+constexpr std::string_view kDomain = "encore-system-fingerprint-v2";
+static_assert(NumericsSettings{}.canonical_order == kernels::kCanonicalOrder,
+              "the fingerprint's default order is the kernels' own");
 
 // One "name <length>:<value>" line. The length prefix keeps the encoding
 // unambiguous whatever the values contain (a model_fp is caller input).
@@ -32,6 +35,7 @@ std::string system_fingerprint(std::string_view model_fp, const NumericsSettings
   field(text, "model_fp", model_fp);
   field(text, "engine_version", engine_version_string());
   field(text, "build_id", build_id_string());
+  field(text, "canonical_order", fmt::format("{}", s.canonical_order));
   // Raw GGUF type id (stable numbering) plus its name for readability; the
   // id alone decides, so an unknown value still hashes distinctly.
   const auto raw = static_cast<uint32_t>(s.kv_type);

@@ -25,6 +25,12 @@ class ThreadPool;
 
 namespace encore::kernels {
 
+// The version of the canonical order of matmul_internal.h: part of the
+// system fingerprint (encore/fingerprint.h), so state computed under another
+// order is never used. 1: SIMD lanes along K (until engine 0.1.0); 2: one
+// chain per output, lanes across rows of repacked panels (quantised types).
+inline constexpr int kCanonicalOrder = 2;
+
 // Below this many multiply-adds a job is cheaper to run on the calling thread
 // than to hand out (waking workers costs microseconds). Only speed depends on
 // it: the split never changes results.

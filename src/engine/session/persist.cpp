@@ -208,8 +208,8 @@ std::string SessionLoad::why(const std::string& id) const {
       return fmt::format("the saved session '{}' cannot be used ({})", id, detail);
     case Absent::OtherModel:
       return fmt::format(
-          "the session '{}' was saved by another model, build or KV type (system fingerprint "
-          "{}) and cannot continue on this one",
+          "the session '{}' was saved by another model, build or numerics (KV type, the kernels' "
+          "canonical order; system fingerprint {}) and cannot continue on this one",
           id, detail);
   }
   return {};
