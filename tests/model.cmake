@@ -12,3 +12,8 @@ encore_add_test(test_invariance SOURCES invariance_test.cpp
 encore_add_test(test_arch SOURCES arch_test.cpp LIBS encore_model encore_synth LABELS unit)
 encore_add_test(test_arch_forward SOURCES arch_forward_test.cpp reference_forward.cpp
                 LIBS encore_model encore_synth LABELS unit)
+# Not a test (no ctest registration): engine logits vs the double reference,
+# max/mean relative error and KL per model file. Usage in accuracy_report.cpp.
+add_executable(accuracy_report accuracy_report.cpp reference_forward.cpp)
+target_link_libraries(accuracy_report PRIVATE encore_model)
+target_include_directories(accuracy_report PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
