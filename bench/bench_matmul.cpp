@@ -58,7 +58,8 @@ const std::vector<Shape> kHot = {{2048, 2048}};
 
 // A set of weight matrices in one buffer, repeated to at least min_bytes.
 struct MatrixSet {
-  std::vector<uint8_t> bytes;
+  std::vector<std::vector<uint8_t>> protos;  // one GGUF matrix per shape
+  std::vector<uint8_t> bytes;  // the copies: repacked panels (quantised types) or the rows
   std::vector<WeightView> views;
   int64_t macs_per_row = 0;  // sum of rows * cols over views
   int64_t max_rows = 0, max_cols = 0;
@@ -79,7 +80,8 @@ std::unique_ptr<MatrixSet> build_set(DType t, const std::vector<Shape>& shapes, 
       for (auto& v : row) v = nd(rng);
       encore::kernels::quantize_row(t, row.data(), m.data() + r * rb, s.cols);
     }
-    unit += static_cast<int64_t>(m.size());
+    const size_t packed = encore::kernels::repacked_bytes(t, s.rows, s.cols);
+    unit += static_cast<int64_t>(packed != 0 ? packed : m.size());
     protos.push_back(std::move(m));
   }
   const int64_t copies = std::max<int64_t>(1, (min_bytes + unit - 1) / unit);
@@ -87,16 +89,27 @@ std::unique_ptr<MatrixSet> build_set(DType t, const std::vector<Shape>& shapes, 
   size_t off = 0;
   for (int64_t c = 0; c < copies; ++c) {
     for (size_t i = 0; i < shapes.size(); ++i) {
-      std::memcpy(set->bytes.data() + off, protos[i].data(), protos[i].size());
+      // As the model keeps them: quantised matrices repacked into panels
+      // (what matmul reads), float ones as they are.
       const size_t rb = encore::dtype_row_bytes(t, static_cast<uint64_t>(shapes[i].cols));
-      set->views.push_back(
-          WeightView{t, set->bytes.data() + off, shapes[i].rows, shapes[i].cols, rb});
+      WeightView v{t, protos[i].data(), shapes[i].rows, shapes[i].cols, rb};
+      const size_t packed = encore::kernels::repacked_bytes(t, v.rows, v.cols);
+      if (packed != 0) {
+        const int64_t n_panels = (v.rows + 15) / 16;
+        encore::kernels::repack_panels(v, set->bytes.data() + off, 0, n_panels);
+        v.panels = set->bytes.data() + off;
+      } else {
+        std::memcpy(set->bytes.data() + off, protos[i].data(), protos[i].size());
+        v.data = set->bytes.data() + off;
+      }
+      set->views.push_back(v);
       set->macs_per_row += shapes[i].rows * shapes[i].cols;
       set->max_rows = std::max(set->max_rows, shapes[i].rows);
       set->max_cols = std::max(set->max_cols, shapes[i].cols);
-      off += protos[i].size();
+      off += packed != 0 ? packed : protos[i].size();
     }
   }
+  set->protos = std::move(protos);
   return set;
 }
 

@@ -162,8 +162,9 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
           const int64_t r0 = (pb + p) * mm::kPanelRows;
           const int R = static_cast<int>(std::min<int64_t>(mm::kPanelRows, rows - r0));
           for (int c = 0; c < C; ++c) {
-            for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r) {
               y[(i0 + c) * rows + r0 + r] = canon(out[c * mm::kPanelRows + r]);
+            }
           }
         }
       }

@@ -105,7 +105,8 @@ struct IsaKernels {
   void (*quantize_act)(const float* x, int64_t k, const ActRows& a, int64_t i);
   // Integer tile of the order above: out[c * 16 + r] = y for the 16 rows of
   // one panel (panel.h; type t, k values per row) and activation rows i0 +
-  // [0, C), 1 <= C <= kMaxTileC (before NaN canonicalisation).
+  // [0, C), 1 <= C <= kMaxTileC (before NaN canonicalisation). The kernel may
+  // prefetch the bytes of the panel after it.
   void (*panel_tile)(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C,
                      float* out);
   // Float tile, one block of K: continues the 16 lanes of dot_canonical

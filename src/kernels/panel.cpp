@@ -20,7 +20,9 @@ PanelFormat make(PanelValues v, PanelScales s, bool has_min, int bias) {
   f.scales = s;
   f.has_min = has_min;
   f.bias = bias;
-  f.unit_values = s == PanelScales::Legacy ? kLegacyBlock : kSuperBlock;
+  // Legacy units are two blocks, so that every unit (and every group in it)
+  // starts on a 64-byte boundary: a vector load never straddles two lines.
+  f.unit_values = s == PanelScales::Legacy ? 2 * kLegacyBlock : kSuperBlock;
   switch (v) {
     case PanelValues::I8:
       f.group_bytes = 32 * kRows;
@@ -37,13 +39,13 @@ PanelFormat make(PanelValues v, PanelScales s, bool has_min, int bias) {
   }
   switch (s) {
     case PanelScales::Legacy:
-      f.head_bytes = (has_min ? 4 : 2) * kRows;
+      f.head_bytes = (has_min ? 8 : 4) * kRows;
       break;
     case PanelScales::KQuant:
       f.head_bytes = (2 + 2 + 8 + 8) * kRows;
       break;
     case PanelScales::Q6K:
-      f.head_bytes = (2 + 16) * kRows;
+      f.head_bytes = (2 + 16 + 2) * kRows;  // 2 * 16 bytes of padding: 64-byte units
       break;
   }
   f.unit_bytes = f.head_bytes + static_cast<size_t>(f.unit_values / kGroup) * f.group_bytes;
@@ -51,13 +53,13 @@ PanelFormat make(PanelValues v, PanelScales s, bool has_min, int bias) {
 }
 
 // Byte offsets inside a unit's header.
-constexpr size_t kHeadD = 0;             // d[16] fp16
-constexpr size_t kHeadM = 2 * kRows;     // legacy m[16] / K dmin[16] fp16
-constexpr size_t kHeadKSc = 4 * kRows;   // K: sc[8][16]
-constexpr size_t kHeadKMn = 12 * kRows;  // K: mn[8][16]
-constexpr size_t kHeadQ6Sc = 2 * kRows;  // Q6_K: sc[16][16]
-constexpr size_t kHigh = 16 * kRows;     // H after the nibbles
-constexpr size_t kHigh2 = 20 * kRows;    // H2 after H
+constexpr size_t kHeadD = 0;                // d[16] fp16 (legacy: d[2][16], one per block)
+constexpr size_t kHeadM = 2 * kRows;        // K dmin[16] fp16
+constexpr size_t kHeadLegacyM = 4 * kRows;  // legacy m[2][16] fp16
+constexpr size_t kHeadKSc = 4 * kRows;      // K: sc[8][16]
+constexpr size_t kHeadKMn = 12 * kRows;     // K: mn[8][16]
+constexpr size_t kHeadQ6Sc = 2 * kRows;     // Q6_K: sc[16][16]
+constexpr size_t kHigh = 16 * kRows;        // H (U5) or H2 (U6) after the nibbles
 
 void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 uint16_t get16(const uint8_t* p) {
@@ -67,22 +69,23 @@ uint16_t get16(const uint8_t* p) {
 }
 
 // Writes the 32 stored values u of row r into a group's bytes.
-void put_group(const PanelFormat& f, uint8_t* grp, int r, const int* u) {
+void put_group(const PanelFormat& f, uint8_t* grp, int r, const uint8_t* u) {
   if (f.values == PanelValues::I8) {
-    for (int k = 0; k < 32; ++k) grp[(k / 4 * kRows + r) * 4 + k % 4] = static_cast<uint8_t>(u[k]);
+    for (int j = 0; j < 8; ++j) std::memcpy(grp + (j * kRows + r) * 4, u + 4 * j, 4);
     return;
   }
   for (int j = 0; j < 4; ++j) {
     for (int t = 0; t < 4; ++t) {
       const int lo = u[4 * j + t], hi = u[16 + 4 * j + t];
       grp[(j * kRows + r) * 4 + t] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
-      if (f.values != PanelValues::U4) {
+      if (f.values == PanelValues::U5) {
         uint8_t& h = grp[kHigh + r * 4 + t];
         h = static_cast<uint8_t>(h | ((lo >> 4) & 1) << j | ((hi >> 4) & 1) << (4 + j));
       }
       if (f.values == PanelValues::U6) {
-        uint8_t& h = grp[kHigh2 + r * 4 + t];
-        h = static_cast<uint8_t>(h | ((lo >> 5) & 1) << j | ((hi >> 5) & 1) << (4 + j));
+        uint8_t& h = grp[kHigh + (j / 2 * kRows + r) * 4 + t];
+        const int at = 4 * (j % 2);
+        h = static_cast<uint8_t>(h | ((lo >> 4) & 3) << at | ((hi >> 4) & 3) << (at + 2));
       }
     }
   }
@@ -125,28 +128,34 @@ const PanelFormat& panel_format(DType t) {
 
 size_t panel_bytes(DType t, int64_t cols) {
   const PanelFormat& f = panel_format(t);
-  return static_cast<size_t>(cols / f.unit_values) * f.unit_bytes;
+  const int64_t tail = cols % f.unit_values / kGroup;  // groups of a last, part-filled unit
+  return static_cast<size_t>(cols / f.unit_values) * f.unit_bytes +
+         (tail > 0 ? f.head_bytes + static_cast<size_t>(tail) * f.group_bytes : 0);
 }
 
 void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
   const PanelFormat& f = panel_format(w.type);
-  const int64_t n_units = w.cols / f.unit_values;
-  const size_t unit_src = dtype_row_bytes(w.type, static_cast<uint64_t>(f.unit_values));
+  // GGUF blocks: 32 values (legacy) or 256 (K-quants), one or two to a unit.
+  const int64_t block = f.scales == PanelScales::Legacy ? kLegacyBlock : kSuperBlock;
+  const int64_t n_blocks = w.cols / block;
+  const size_t block_bytes = dtype_row_bytes(w.type, static_cast<uint64_t>(block));
   std::memset(dst, 0, panel_bytes(w.type, w.cols));
-  // One unit of one row decoded exactly (decode_scalar: signed w = u -
+  // One block of one row decoded exactly (decode_scalar: signed w = u -
   // bias), the scales then read from the block itself.
   int8_t wv[kSuperBlock];
   float ws[kSuperBlock / 16], wm[kSuperBlock / kGroup];
   const DecRows dec{wv, ws, wm, kSuperBlock};
   for (int r = 0; r < kPanelRows && p * kPanelRows + r < w.rows; ++r) {
     const uint8_t* src = w.data + static_cast<size_t>(p * kPanelRows + r) * w.row_bytes;
-    for (int64_t u = 0; u < n_units; ++u) {
-      const uint8_t* b = src + static_cast<size_t>(u) * unit_src;
-      uint8_t* unit = dst + static_cast<size_t>(u) * f.unit_bytes;
-      decode_scalar(w.type, b, f.unit_values, dec, 0);
+    for (int64_t bi = 0; bi < n_blocks; ++bi) {
+      const uint8_t* b = src + static_cast<size_t>(bi) * block_bytes;
+      const int64_t first = bi * block;  // the block's first value in the row
+      uint8_t* unit = dst + static_cast<size_t>(first / f.unit_values) * f.unit_bytes;
+      const int64_t gi0 = first % f.unit_values / kGroup;  // its first group in the unit
+      decode_scalar(w.type, b, block, dec, 0);
       if (f.scales == PanelScales::Legacy) {
-        put16(unit + kHeadD + 2 * r, get16(b));
-        if (f.has_min) put16(unit + kHeadM + 2 * r, get16(b + 2));
+        put16(unit + kHeadD + gi0 * 2 * kRows + 2 * r, get16(b));
+        if (f.has_min) put16(unit + kHeadLegacyM + gi0 * 2 * kRows + 2 * r, get16(b + 2));
       } else if (f.scales == PanelScales::KQuant) {
         put16(unit + kHeadD + 2 * r, get16(b));
         put16(unit + kHeadM + 2 * r, get16(b + 2));
@@ -162,10 +171,12 @@ void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
           unit[kHeadQ6Sc + i * kRows + r] = b[offsetof(BlockQ6_K, scales) + i];
         }
       }
-      for (int64_t g = 0; g < f.unit_values / kGroup; ++g) {
-        int u_vals[kGroup];
-        for (int k = 0; k < kGroup; ++k) u_vals[k] = wv[g * kGroup + k] + f.bias;
-        put_group(f, unit + f.head_bytes + static_cast<size_t>(g) * f.group_bytes, r, u_vals);
+      for (int64_t g = 0; g < block / kGroup; ++g) {
+        uint8_t u_vals[kGroup];
+        for (int k = 0; k < kGroup; ++k) {
+          u_vals[k] = static_cast<uint8_t>(wv[g * kGroup + k] + f.bias);
+        }
+        put_group(f, unit + f.head_bytes + static_cast<size_t>(gi0 + g) * f.group_bytes, r, u_vals);
       }
     }
   }
@@ -182,8 +193,10 @@ int panel_weight(const PanelFormat& f, const uint8_t* panel, int r, int64_t k) {
   const int hi = kk >= 16 ? 1 : 0, j = (kk % 16) / 4, t = kk % 4;
   const uint8_t nib = grp[(j * kRows + r) * 4 + t];
   int u = hi ? nib >> 4 : nib & 15;
-  if (f.values != PanelValues::U4) u |= ((grp[kHigh + r * 4 + t] >> (j + 4 * hi)) & 1) << 4;
-  if (f.values == PanelValues::U6) u |= ((grp[kHigh2 + r * 4 + t] >> (j + 4 * hi)) & 1) << 5;
+  if (f.values == PanelValues::U5) u |= ((grp[kHigh + r * 4 + t] >> (j + 4 * hi)) & 1) << 4;
+  if (f.values == PanelValues::U6) {
+    u |= ((grp[kHigh + (j / 2 * kRows + r) * 4 + t] >> (4 * (j % 2) + 2 * hi)) & 3) << 4;
+  }
   return u - f.bias;
 }
 
@@ -195,8 +208,8 @@ GroupScales panel_scales(const PanelFormat& f, const uint8_t* panel, int r, int6
   const float d = fp16_to_f32(get16(unit + kHeadD + 2 * r));
   switch (f.scales) {
     case PanelScales::Legacy:
-      s.ws = d;
-      if (f.has_min) s.wm = fp16_to_f32(get16(unit + kHeadM + 2 * r));
+      s.ws = fp16_to_f32(get16(unit + kHeadD + gi * 2 * kRows + 2 * r));
+      if (f.has_min) s.wm = fp16_to_f32(get16(unit + kHeadLegacyM + gi * 2 * kRows + 2 * r));
       break;
     case PanelScales::KQuant:  // both products exact in float
       s.ws = d * static_cast<float>(unit[kHeadKSc + gi * kRows + r]);

@@ -7,20 +7,25 @@
 //
 // A matrix of `rows` rows becomes ceil(rows / 16) panels of 16 rows each (the
 // last one padded with rows of zero values and zero scales), each panel
-// panel_bytes(t, cols) long, K in units of one block (32 values; 256 for the
-// K-quants). Within a panel, unit after unit:
+// panel_bytes(t, cols) long, K in units of two blocks (64 values) for the
+// legacy types and one super-block (256) for the K-quants; a legacy row of
+// an odd number of blocks ends in a unit of one group. Every unit is a
+// multiple of 64 bytes, so no vector load straddles two cache lines.
+// Within a panel, unit after unit:
 //   [unit header: the unit's scales for the 16 rows][group 0 values]...[group n-1 values]
 // Headers (fp16 fields as in the blocks, [16] = one per row):
-//   legacy (Q8_0 Q4_0 Q5_0):   d[16] fp16
-//   legacy with offset (Q4_1 Q5_1): d[16] fp16, m[16] fp16
+//   legacy (Q8_0 Q4_0 Q5_0):   d[2][16] fp16 (one per block)
+//   legacy with offset (Q4_1 Q5_1): d[2][16] fp16, m[2][16] fp16
 //   Q4_K, Q5_K:  d[16] fp16, dmin[16] fp16, sc[8][16] u8, mn[8][16] u8 (6-bit, unpacked)
-//   Q6_K:        d[16] fp16, sc[16][16] int8 (one per 16 values)
+//   Q6_K:        d[16] fp16, sc[16][16] int8 (one per 16 values), 32 bytes of padding
 // Group values (32 per row), 4-byte chunks of the 16 rows side by side, so one
 // 64-byte load holds 4 consecutive values of every row:
 //   I8 (Q8_0): [8 chunks][16 rows][4] int8, chunk j = values 4j .. 4j+3
 //   U4: [4 chunks][16 rows][4] bytes, byte t of chunk j = u[4j+t] | u[16+4j+t] << 4
 //   U5: U4, then H[16 rows][4]: byte t, bit j = bit 4 of u[4j+t], bit 4+j = bit 4 of u[16+4j+t]
-//   U6: U5, then H2[16 rows][4]: the same for bit 5
+//   U6: U4, then H2[2][16 rows][4]: byte t of H2[h] holds bits 4-5 of
+//       u[4j+t] at bits 0-1 and of u[16+4j+t] at bits 2-3 for j = 2h, and
+//       the same for j = 2h+1 at bits 4-5 and 6-7
 // The stored value u is unsigned (0..63) except for I8; the weight is
 // w = u - bias (Q4_0 8, Q5_0 16, Q6_K 32, the others 0).
 //

@@ -11,6 +11,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -26,7 +27,8 @@ constexpr int kRows = kPanelRows;
 // Byte offsets of panel.h's layout (checked against panel.cpp by
 // PanelLayout tests through the scalar twin).
 constexpr size_t kHeadM = 2 * kRows, kHeadKSc = 4 * kRows, kHeadKMn = 12 * kRows;
-constexpr size_t kHeadQ6Sc = 2 * kRows, kHigh = 16 * kRows, kHigh2 = 20 * kRows;
+constexpr size_t kHeadLegacyM = 4 * kRows;
+constexpr size_t kHeadQ6Sc = 2 * kRows, kHigh = 16 * kRows, kHigh2 = kHigh + 4 * kRows;
 
 inline int32_t load32(const int8_t* p) {
   int32_t v;
@@ -34,143 +36,208 @@ inline int32_t load32(const int8_t* p) {
   return v;
 }
 
-// Rows [half * V::kW, (half + 1) * V::kW) of one panel, activation rows i0 +
-// [0, C): out[c * 16 + r] = y (before NaN canonicalisation).
-template <class V, PanelValues kVals, PanelScales kScales, bool kMin, int kBias, int C>
-void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int half, float* out) {
+// The compile-time constants of panel.h's format of one type.
+template <PanelValues kVals, PanelScales kScales, bool kMin>
+struct Format {
+  static constexpr int64_t kUnit = kScales == PanelScales::Legacy ? 64 : 256;
+  static constexpr int64_t kPerUnit = kUnit / 32;
+  static constexpr size_t kGroupBytes = kVals == PanelValues::I8   ? 32 * kRows
+                                        : kVals == PanelValues::U4 ? 16 * kRows
+                                        : kVals == PanelValues::U5 ? 20 * kRows
+                                                                   : 24 * kRows;
+  static constexpr size_t kHead = kScales == PanelScales::Legacy   ? (kMin ? 8 : 4) * kRows
+                                  : kScales == PanelScales::KQuant ? 20 * kRows
+                                                                   : 20 * kRows;
+  static constexpr size_t kUnitBytes = kHead + kPerUnit * kGroupBytes;
+  static_assert(kUnitBytes % 64 == 0, "units start on cache lines");
+  static size_t panel_bytes(int64_t k) {
+    const int64_t tail = k % kUnit / 32;  // groups of a last, part-filled unit
+    return static_cast<size_t>(k / kUnit) * kUnitBytes +
+           (tail > 0 ? kHead + static_cast<size_t>(tail) * kGroupBytes : 0);
+  }
+};
+
+// How far ahead of the group being multiplied the kernel asks for panel
+// bytes (decode streams the panels from memory once; speed only).
+// While multiplying a group the kernel asks for the same group of the next
+// panel (into L2): with one panel streamed at a time the hardware
+// prefetcher alone left the memory bus idle part of the time. Measured with
+// bench_matmul m=1 (weights streamed from DRAM), AVX2 kernels: Q4_K and
+// Q4_0 +20-40 %, Q6_K +60 %; AVX-512 within the noise. Speed only.
+constexpr int kPrefetchLocality = 2;
+
+// Rows [h0 * V::kW, (h0 + NH) * V::kW) of one panel (NH registers of V::kW
+// rows side by side), activation rows i0 + [0, C): out[c * 16 + r] = y
+// (before NaN canonicalisation).
+template <class V, PanelValues kVals, PanelScales kScales, bool kMin, int kBias, int C, int NH>
+void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0, float* out) {
   using I = typename V::I;
   using F = typename V::F;
-  constexpr int64_t kUnit = kScales == PanelScales::Legacy ? 32 : 256;
-  constexpr int64_t kPerUnit = kUnit / 32;
-  constexpr size_t kGroupBytes = kVals == PanelValues::I8   ? 32 * kRows
-                                 : kVals == PanelValues::U4 ? 16 * kRows
-                                 : kVals == PanelValues::U5 ? 20 * kRows
-                                                            : 24 * kRows;
-  constexpr size_t kHead = kScales == PanelScales::Legacy   ? (kMin ? 4 : 2) * kRows
-                           : kScales == PanelScales::KQuant ? 20 * kRows
-                                                            : 18 * kRows;
-  constexpr size_t kUnitBytes = kHead + kPerUnit * kGroupBytes;
+  using Fm = Format<kVals, kScales, kMin>;
+  constexpr int64_t kPerUnit = Fm::kPerUnit;
+  constexpr size_t kGroupBytes = Fm::kGroupBytes, kHead = Fm::kHead, kUnitBytes = Fm::kUnitBytes;
   // The stored values' bias, plus V's own for signed bytes (the kernel may
   // turn them unsigned and subtract 128 per activation).
   constexpr int kTotalBias = kVals == PanelValues::I8 ? V::kI8Bias : kBias;
-  const size_t hb = static_cast<size_t>(half) * V::kW;  // this half's first row
-  const size_t row_off = hb * 4;                        // ... its bytes in a [16][4] chunk
+  const int64_t n_groups = k / 32, n_units = (n_groups + kPerUnit - 1) / kPerUnit;
+  const size_t pbytes = Fm::panel_bytes(k);
+  size_t hb[NH], row_off[NH];  // each register's first row, and its bytes in a [16][4] chunk
+  for (int h = 0; h < NH; ++h) {
+    hb[h] = static_cast<size_t>(h0 + h) * V::kW;
+    row_off[h] = hb[h] * 4;
+  }
 
   const int64_t ag = a.kp / 32;
   const int8_t* q[C];
   const float* da[C];
   const float* as[C];
   const int32_t* is[C];
-  F acc[C], accm[C];
+  F acc[NH][C], accm[NH][C];
   for (int c = 0; c < C; ++c) {
     q[c] = a.q + (i0 + c) * a.kp;
     da[c] = a.d + (i0 + c) * ag;
     as[c] = a.asum + (i0 + c) * ag;
     is[c] = a.isum + (i0 + c) * (a.kp / 16);
-    acc[c] = V::fzero();
-    accm[c] = V::fzero();
+    for (int h = 0; h < NH; ++h) acc[h][c] = accm[h][c] = V::fzero();
   }
-  const I lo4 = V::set1_epi8(0x0f), bit4 = V::set1_epi8(0x10), bit5 = V::set1_epi8(0x20);
-  const int64_t n_units = k / kUnit;
+  const I lo4 = V::set1_epi8(0x0f), bit4 = V::set1_epi8(0x10), bits45 = V::set1_epi8(0x30);
   for (int64_t u = 0; u < n_units; ++u) {
     const uint8_t* unit = panel + static_cast<size_t>(u) * kUnitBytes;
-    F d = V::f16(unit + 2 * hb), wm_legacy = V::fzero(), dmin = V::fzero();
-    if constexpr (kScales == PanelScales::Legacy && kMin)
-      wm_legacy = V::f16(unit + kHeadM + 2 * hb);
-    if constexpr (kScales == PanelScales::KQuant) dmin = V::f16(unit + kHeadM + 2 * hb);
-    for (int64_t gi = 0; gi < kPerUnit; ++gi) {
+    F d[NH], wm_legacy[NH], dmin[NH];
+    for (int h = 0; h < NH; ++h) {
+      d[h] = V::f16(unit + 2 * hb[h]);  // legacy: the unit's first group
+      wm_legacy[h] = dmin[h] = V::fzero();
+      if constexpr (kScales == PanelScales::KQuant) {
+        dmin[h] = V::f16(unit + kHeadM + 2 * hb[h]);
+      }
+    }
+    const int64_t unit_groups = std::min<int64_t>(kPerUnit, n_groups - u * kPerUnit);
+    for (int64_t gi = 0; gi < unit_groups; ++gi) {
       const int64_t g = u * kPerUnit + gi;
       const uint8_t* grp = unit + kHead + static_cast<size_t>(gi) * kGroupBytes;
-      I s_lo[C], s_hi[C];
-      for (int c = 0; c < C; ++c) s_lo[c] = s_hi[c] = V::izero();
+      if constexpr (C <= 2) {  // decode-sized tiles stream the panels
+        for (size_t off = 0; off < kGroupBytes; off += 64) {
+          __builtin_prefetch(grp + pbytes + off, 0, kPrefetchLocality);
+        }
+      }
+      I s_lo[NH][C], s_hi[NH][C];
+      for (int h = 0; h < NH; ++h) {
+        for (int c = 0; c < C; ++c) s_lo[h][c] = s_hi[h][c] = V::izero();
+      }
       if constexpr (kVals == PanelValues::I8) {
         for (int j = 0; j < 8; j += 2) {
-          const I w0 = V::load(grp + j * 64 + row_off), w1 = V::load(grp + (j + 1) * 64 + row_off);
-          for (int c = 0; c < C; ++c) {
-            s_lo[c] = V::dot_i8(s_lo[c], w0, V::bcast(load32(q[c] + 32 * g + 4 * j)));
-            s_hi[c] = V::dot_i8(s_hi[c], w1, V::bcast(load32(q[c] + 32 * g + 4 * j + 4)));
+          for (int h = 0; h < NH; ++h) {
+            const I w0 = V::load(grp + j * 64 + row_off[h]);
+            const I w1 = V::load(grp + (j + 1) * 64 + row_off[h]);
+            for (int c = 0; c < C; ++c) {
+              s_lo[h][c] = V::dot_i8(s_lo[h][c], w0, V::bcast(load32(q[c] + 32 * g + 4 * j)));
+              s_hi[h][c] = V::dot_i8(s_hi[h][c], w1, V::bcast(load32(q[c] + 32 * g + 4 * j + 4)));
+            }
           }
         }
       } else {
-        I h1 = V::izero(), h2 = V::izero();
-        if constexpr (kVals != PanelValues::U4) h1 = V::load(grp + kHigh + row_off);
-        if constexpr (kVals == PanelValues::U6) h2 = V::load(grp + kHigh2 + row_off);
-        auto chunk = [&](auto jc) {
-          constexpr int j = decltype(jc)::value;
-          const I nib = V::load(grp + j * 64 + row_off);
-          I lo = V::and_(nib, lo4), hi = V::and_(V::template srli<4>(nib), lo4);
-          if constexpr (kVals != PanelValues::U4) {
-            // bit j of each H byte is bit 4 of a low value, bit 4 + j of a high one
-            lo = V::or_(lo, V::and_(V::template slli<4 - j>(h1), bit4));
-            hi = V::or_(hi, V::and_(V::template srli<j>(h1), bit4));
-          }
-          if constexpr (kVals == PanelValues::U6) {
-            lo = V::or_(lo, V::and_(V::template slli<5 - j>(h2), bit5));
-            if constexpr (j == 0) {
-              hi = V::or_(hi, V::and_(V::template slli<1>(h2), bit5));
-            } else {
-              hi = V::or_(hi, V::and_(V::template srli<j - 1>(h2), bit5));
+        for (int h = 0; h < NH; ++h) {
+          I h1 = V::izero(), h2 = V::izero();
+          if constexpr (kVals != PanelValues::U4) h1 = V::load(grp + kHigh + row_off[h]);
+          if constexpr (kVals == PanelValues::U6) h2 = V::load(grp + kHigh2 + row_off[h]);
+          auto chunk = [&](auto jc) {
+            constexpr int j = decltype(jc)::value;
+            const I nib = V::load(grp + j * 64 + row_off[h]);
+            I lo = V::and_(nib, lo4), hi = V::and_(V::template srli<4>(nib), lo4);
+            if constexpr (kVals == PanelValues::U5) {
+              // bit j of each H byte is bit 4 of a low value, bit 4 + j of a high one
+              lo = V::or_(lo, V::and_(V::template slli<4 - j>(h1), bit4));
+              hi = V::or_(hi, V::and_(V::template srli<j>(h1), bit4));
             }
-          }
-          for (int c = 0; c < C; ++c) {
-            s_lo[c] = V::dot(s_lo[c], lo, V::bcast(load32(q[c] + 32 * g + 4 * j)));
-            s_hi[c] = V::dot(s_hi[c], hi, V::bcast(load32(q[c] + 32 * g + 16 + 4 * j)));
-          }
-        };
-        chunk(std::integral_constant<int, 0>{});
-        chunk(std::integral_constant<int, 1>{});
-        chunk(std::integral_constant<int, 2>{});
-        chunk(std::integral_constant<int, 3>{});
-      }
-      // The group's scales for this half's rows.
-      F ws = d, wm = wm_legacy;
-      I sc_a = V::izero(), sc_b = V::izero();
-      if constexpr (kScales == PanelScales::KQuant) {
-        ws = V::mul(d, V::u8_to_f(unit + kHeadKSc + gi * kRows + hb));  // exact
-        wm = V::neg(V::mul(dmin, V::u8_to_f(unit + kHeadKMn + gi * kRows + hb)));
-      }
-      if constexpr (kScales == PanelScales::Q6K) {
-        sc_a = V::s8_to_i(unit + kHeadQ6Sc + 2 * gi * kRows + hb);
-        sc_b = V::s8_to_i(unit + kHeadQ6Sc + (2 * gi + 1) * kRows + hb);
-      }
-      for (int c = 0; c < C; ++c) {
-        const int32_t i_lo = is[c][2 * g], i_hi = is[c][2 * g + 1];
-        I s;
-        if constexpr (kScales == PanelScales::Q6K) {
-          s = V::add(V::mullo(sc_a, V::sub(s_lo[c], V::bcast(kTotalBias * i_lo))),
-                     V::mullo(sc_b, V::sub(s_hi[c], V::bcast(kTotalBias * i_hi))));
-        } else {
-          s = V::add(s_lo[c], s_hi[c]);
-          if constexpr (kTotalBias != 0) s = V::sub(s, V::bcast(kTotalBias * (i_lo + i_hi)));
+            if constexpr (kVals == PanelValues::U6) {
+              // bits 4-5 of the low and high values of chunks 2h and 2h + 1 at
+              // bits 0-1, 2-3 and 4-5, 6-7 of each byte of H2[h]
+              const I hh = j < 2 ? h1 : h2;
+              if constexpr (j % 2 == 0) {
+                lo = V::or_(lo, V::and_(V::template slli<4>(hh), bits45));
+                hi = V::or_(hi, V::and_(V::template slli<2>(hh), bits45));
+              } else {
+                lo = V::or_(lo, V::and_(hh, bits45));
+                hi = V::or_(hi, V::and_(V::template srli<2>(hh), bits45));
+              }
+            }
+            for (int c = 0; c < C; ++c) {
+              s_lo[h][c] = V::dot(s_lo[h][c], lo, V::bcast(load32(q[c] + 32 * g + 4 * j)));
+              s_hi[h][c] = V::dot(s_hi[h][c], hi, V::bcast(load32(q[c] + 32 * g + 16 + 4 * j)));
+            }
+          };
+          chunk(std::integral_constant<int, 0>{});
+          chunk(std::integral_constant<int, 1>{});
+          chunk(std::integral_constant<int, 2>{});
+          chunk(std::integral_constant<int, 3>{});
         }
-        acc[c] = V::fma(V::cvt(s), V::mul(ws, V::fset1(da[c][g])), acc[c]);
-        if constexpr (kMin) accm[c] = V::fma(wm, V::fset1(as[c][g]), accm[c]);
+      }
+      for (int h = 0; h < NH; ++h) {
+        // The group's scales for this register's rows.
+        F ws = d[h], wm = wm_legacy[h];
+        if constexpr (kScales == PanelScales::Legacy) {  // one d (and m) per group
+          ws = V::f16(unit + gi * 2 * kRows + 2 * hb[h]);
+          if constexpr (kMin) wm = V::f16(unit + kHeadLegacyM + gi * 2 * kRows + 2 * hb[h]);
+        }
+        I sc_a = V::izero(), sc_b = V::izero();
+        if constexpr (kScales == PanelScales::KQuant) {
+          ws = V::mul(d[h], V::u8_to_f(unit + kHeadKSc + gi * kRows + hb[h]));  // exact
+          wm = V::neg(V::mul(dmin[h], V::u8_to_f(unit + kHeadKMn + gi * kRows + hb[h])));
+        }
+        if constexpr (kScales == PanelScales::Q6K) {
+          sc_a = V::s8_to_i(unit + kHeadQ6Sc + 2 * gi * kRows + hb[h]);
+          sc_b = V::s8_to_i(unit + kHeadQ6Sc + (2 * gi + 1) * kRows + hb[h]);
+        }
+        for (int c = 0; c < C; ++c) {
+          const int32_t i_lo = is[c][2 * g], i_hi = is[c][2 * g + 1];
+          I s;
+          if constexpr (kScales == PanelScales::Q6K) {
+            s = V::add(V::mullo(sc_a, V::sub(s_lo[h][c], V::bcast(kTotalBias * i_lo))),
+                       V::mullo(sc_b, V::sub(s_hi[h][c], V::bcast(kTotalBias * i_hi))));
+          } else {
+            s = V::add(s_lo[h][c], s_hi[h][c]);
+            if constexpr (kTotalBias != 0) s = V::sub(s, V::bcast(kTotalBias * (i_lo + i_hi)));
+          }
+          acc[h][c] = V::fma(V::cvt(s), V::mul(ws, V::fset1(da[c][g])), acc[h][c]);
+          if constexpr (kMin) accm[h][c] = V::fma(wm, V::fset1(as[c][g]), accm[h][c]);
+        }
       }
     }
   }
-  for (int c = 0; c < C; ++c)
-    V::fstore(out + c * kRows + hb, kMin ? V::fadd(acc[c], accm[c]) : acc[c]);
+  for (int h = 0; h < NH; ++h) {
+    for (int c = 0; c < C; ++c) {
+      V::fstore(out + c * kRows + hb[h], kMin ? V::fadd(acc[h][c], accm[h][c]) : acc[h][c]);
+    }
+  }
 }
 
+// The whole panel: with one activation row, every register of rows side by
+// side (the panel is then read once); else one register's rows at a time
+// over tiles of up to V::kMaxC activation rows.
 template <class V, PanelValues kVals, PanelScales kScales, bool kMin, int kBias>
 void tiles(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C, float* out) {
-  for (int half = 0; half < kRows / V::kW; ++half) {
+  constexpr int kRegs = kRows / V::kW;
+  if (C == 1) {
+    tile<V, kVals, kScales, kMin, kBias, 1, kRegs>(panel, k, a, i0, 0, out);
+    return;
+  }
+  for (int h = 0; h < kRegs; ++h) {
     for (int c0 = 0; c0 < C; c0 += V::kMaxC) {
       float* o = out + c0 * kRows;
       switch (C - c0 >= V::kMaxC ? V::kMaxC : C - c0) {
         case 1:
-          tile<V, kVals, kScales, kMin, kBias, 1>(panel, k, a, i0 + c0, half, o);
+          tile<V, kVals, kScales, kMin, kBias, 1, 1>(panel, k, a, i0 + c0, h, o);
           break;
         case 2:
-          tile<V, kVals, kScales, kMin, kBias, 2>(panel, k, a, i0 + c0, half, o);
+          tile<V, kVals, kScales, kMin, kBias, 2, 1>(panel, k, a, i0 + c0, h, o);
           break;
         case 3:
           if constexpr (V::kMaxC >= 3)
-            tile<V, kVals, kScales, kMin, kBias, 3>(panel, k, a, i0 + c0, half, o);
+            tile<V, kVals, kScales, kMin, kBias, 3, 1>(panel, k, a, i0 + c0, h, o);
           break;
         default:
           if constexpr (V::kMaxC >= 4)
-            tile<V, kVals, kScales, kMin, kBias, 4>(panel, k, a, i0 + c0, half, o);
+            tile<V, kVals, kScales, kMin, kBias, 4, 1>(panel, k, a, i0 + c0, h, o);
           break;
       }
     }
