@@ -5,6 +5,7 @@
 // every ISA, batch size and panel edge.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -84,6 +85,7 @@ TEST(Panel, HoldsTheBlocksOwnNumbers) {
     std::vector<uint8_t> panel(mm::panel_bytes(t, cols));
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t p = 0; p < 2; ++p) {
+      std::fill(panel.begin(), panel.end(), uint8_t{0});  // repack_panel wants zeroed bytes
       mm::repack_panel(w.view, p, panel.data());
       for (int r = 0; r < mm::kPanelRows; ++r) {
         const int64_t wr = p * mm::kPanelRows + r;

@@ -106,7 +106,7 @@ class Model {
   HParams hparams_;
   std::string path_;
   std::unique_ptr<ModelWeights> weights_;
-  std::unique_ptr<uint8_t[]> repacked_;  // [repacked_bytes_ + 64] the panels of every matrix
+  std::shared_ptr<uint8_t> repacked_;  // [repacked_bytes_] the panels of every matrix (mmap'd)
   size_t repacked_bytes_ = 0;
 };
 

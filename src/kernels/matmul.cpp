@@ -150,6 +150,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
       const int64_t np = std::min(per_block, p_end - pb);
       const uint8_t* base;
       if (own != nullptr) {
+        std::memset(own, 0, static_cast<size_t>(np) * pbytes);
         for (int64_t p = 0; p < np; ++p) mm::repack_panel(w, pb + p, own + p * pbytes);
         base = own;
       } else {

@@ -139,7 +139,6 @@ void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
   const int64_t block = f.scales == PanelScales::Legacy ? kLegacyBlock : kSuperBlock;
   const int64_t n_blocks = w.cols / block;
   const size_t block_bytes = dtype_row_bytes(w.type, static_cast<uint64_t>(block));
-  std::memset(dst, 0, panel_bytes(w.type, w.cols));
   // One block of one row decoded exactly (decode_scalar: signed w = u -
   // bias), the scales then read from the block itself.
   int8_t wv[kSuperBlock];

@@ -63,7 +63,8 @@ inline int64_t panel_count(int64_t rows) { return (rows + kPanelRows - 1) / kPan
 size_t panel_bytes(DType t, int64_t cols);
 
 // Writes panel p of w (rows [16p, 16p + 16); rows past w.rows are zero) into
-// dst: [panel_bytes(w.type, w.cols)]. w.type must be an integer type.
+// dst: [panel_bytes(w.type, w.cols)], which must be zero-filled (bits are
+// or-ed in). w.type must be an integer type.
 void repack_panel(const WeightView& w, int64_t p, uint8_t* dst);
 
 // The weight w of value k (of cols) for row r of a panel (the scalar twin's

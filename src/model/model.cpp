@@ -1,8 +1,12 @@
 // Model loading: architecture dispatch.
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 
@@ -56,12 +60,23 @@ void Model::repack_weights(ThreadPool& pool) {
   // Each matrix's panels start on a 64-byte boundary (a cache line).
   auto aligned = [](size_t n) { return (n + 63) / 64 * 64; };
   size_t total = 0;
-  for (const kernels::WeightView* v : views)
+  for (const kernels::WeightView* v : views) {
     total += aligned(kernels::repacked_bytes(v->type, v->rows, v->cols));
+  }
   if (total == 0) return;
-  repacked_ = std::make_unique_for_overwrite<uint8_t[]>(total + 64);  // each byte written below
+  // Fresh anonymous pages, which repack_panels needs zeroed, in huge pages
+  // where the kernel allows: the first touch of ~1 GB in 4 KiB pages was
+  // most of the load time (page faults and the kernel zeroing each page).
+  void* mem = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    throw ModelError(fmt::format("{}: cannot allocate {} MiB for the repacked weights: {}", path_,
+                                 total >> 20, std::strerror(errno)));
+  }
+  ::madvise(mem, total, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
+  repacked_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(mem),
+                                       [total](uint8_t* p) { ::munmap(p, total); });
   repacked_bytes_ = total;
-  uint8_t* dst = repacked_.get() + (64 - reinterpret_cast<uintptr_t>(repacked_.get()) % 64) % 64;
+  uint8_t* dst = repacked_.get();
   for (kernels::WeightView* v : views) {
     const size_t n = kernels::repacked_bytes(v->type, v->rows, v->cols);
     if (n == 0) continue;
