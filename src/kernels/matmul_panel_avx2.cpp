@@ -52,9 +52,29 @@ struct V256 {
     return _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
-  static I s8_to_i(const uint8_t* p) {
-    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  // The int8 pairs of 8 rows at p (16 bytes), each pair one 32-bit lane of
+  // two int16; low16 / high16 sign-extend either half to the whole lane.
+  static I s8_pairs(const uint8_t* p) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  static I low16(I a) { return _mm256_srai_epi32(_mm256_slli_epi32(a, 16), 16); }
+  static I high16(I a) { return _mm256_srai_epi32(a, 16); }
+  // Q6_K's sub-scales ride in the madd that sums maddubs' pairs (instead of
+  // a madd with ones and two vpmulld per group): the pairs (<= 2 * 63 * 127)
+  // times a scale (|sc| <= 128) stay far inside int32.
+  static constexpr bool kScaledDot = true;
+  static I twice_low16(I a) {  // each lane's low int16 in both halves
+    const I lo = _mm256_and_si256(a, _mm256_set1_epi32(0xffff));
+    return _mm256_or_si256(lo, _mm256_slli_epi32(lo, 16));
+  }
+  static I twice_high16(I a) {
+    const I hi = _mm256_srli_epi32(a, 16);
+    return _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16));
+  }
+  static I dot_scaled(I acc, I u, I q, I sc16) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sc16));
+  }
+  static I madd16(I a, I b) { return _mm256_madd_epi16(a, b); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }  // exact: |a| < 2^24
   static F fset1(float v) { return _mm256_set1_ps(v); }
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }

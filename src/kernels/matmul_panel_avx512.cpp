@@ -50,9 +50,15 @@ struct V512 {
     return _mm512_cvtepi32_ps(
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
-  static I s8_to_i(const uint8_t* p) {
-    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // The int8 pairs of 16 rows at p (32 bytes), each pair one 32-bit lane of
+  // two int16; low16 / high16 sign-extend either half to the whole lane.
+  static I s8_pairs(const uint8_t* p) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  static I low16(I a) { return _mm512_srai_epi32(_mm512_slli_epi32(a, 16), 16); }
+  static I high16(I a) { return _mm512_srai_epi32(a, 16); }
+  // vpdpbusd cannot scale inside: Q6_K's sub-scales are multiplied after.
+  static constexpr bool kScaledDot = false;
   static F cvt(I a) { return _mm512_cvtepi32_ps(a); }  // exact: |a| < 2^24
   static F fset1(float v) { return _mm512_set1_ps(v); }
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }

@@ -58,7 +58,7 @@ constexpr size_t kHeadM = 2 * kRows;        // K dmin[16] fp16
 constexpr size_t kHeadLegacyM = 4 * kRows;  // legacy m[2][16] fp16
 constexpr size_t kHeadKSc = 4 * kRows;      // K: sc[8][16]
 constexpr size_t kHeadKMn = 12 * kRows;     // K: mn[8][16]
-constexpr size_t kHeadQ6Sc = 2 * kRows;     // Q6_K: sc[16][16]
+constexpr size_t kHeadQ6Sc = 2 * kRows;     // Q6_K: sc[8 groups][16][2]
 constexpr size_t kHigh = 16 * kRows;        // H (U5) or H2 (U6) after the nibbles
 
 void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
@@ -167,7 +167,7 @@ void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
       } else {
         put16(unit + kHeadD + 2 * r, get16(b + offsetof(BlockQ6_K, d)));
         for (int i = 0; i < 16; ++i) {
-          unit[kHeadQ6Sc + i * kRows + r] = b[offsetof(BlockQ6_K, scales) + i];
+          unit[kHeadQ6Sc + (i / 2 * kRows + r) * 2 + i % 2] = b[offsetof(BlockQ6_K, scales) + i];
         }
       }
       for (int64_t g = 0; g < block / kGroup; ++g) {
@@ -217,8 +217,8 @@ GroupScales panel_scales(const PanelFormat& f, const uint8_t* panel, int r, int6
       break;
     case PanelScales::Q6K:
       s.ws = d;
-      s.sc_a = static_cast<int8_t>(unit[kHeadQ6Sc + 2 * gi * kRows + r]);
-      s.sc_b = static_cast<int8_t>(unit[kHeadQ6Sc + (2 * gi + 1) * kRows + r]);
+      s.sc_a = static_cast<int8_t>(unit[kHeadQ6Sc + (gi * kRows + r) * 2]);
+      s.sc_b = static_cast<int8_t>(unit[kHeadQ6Sc + (gi * kRows + r) * 2 + 1]);
       break;
   }
   return s;

@@ -17,7 +17,8 @@
 //   legacy (Q8_0 Q4_0 Q5_0):   d[2][16] fp16 (one per block)
 //   legacy with offset (Q4_1 Q5_1): d[2][16] fp16, m[2][16] fp16
 //   Q4_K, Q5_K:  d[16] fp16, dmin[16] fp16, sc[8][16] u8, mn[8][16] u8 (6-bit, unpacked)
-//   Q6_K:        d[16] fp16, sc[16][16] int8 (one per 16 values), 32 bytes of padding
+//   Q6_K:        d[16] fp16, sc[8][16][2] int8 (group, row, half: one per 16
+//                values), 32 bytes of padding
 // Group values (32 per row), 4-byte chunks of the 16 rows side by side, so one
 // 64-byte load holds 4 consecutive values of every row:
 //   I8 (Q8_0): [8 chunks][16 rows][4] int8, chunk j = values 4j .. 4j+3

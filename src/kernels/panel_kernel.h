@@ -120,6 +120,17 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
           __builtin_prefetch(grp + pbytes + off, 0, kPrefetchLocality);
         }
       }
+      // Q6_K where V multiplies the sub-scales inside its dot product
+      // (V::kScaledDot): per register the pairs (sc_a, sc_b) of each row as
+      // int16, and each scale twice in a 32-bit lane.
+      I sc_pair[NH], sc_a16[NH], sc_b16[NH];
+      if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
+        for (int h = 0; h < NH; ++h) {
+          sc_pair[h] = V::s8_pairs(unit + kHeadQ6Sc + (gi * kRows + hb[h]) * 2);
+          sc_a16[h] = V::twice_low16(sc_pair[h]);
+          sc_b16[h] = V::twice_high16(sc_pair[h]);
+        }
+      }
       I s_lo[NH][C], s_hi[NH][C];
       for (int h = 0; h < NH; ++h) {
         for (int c = 0; c < C; ++c) s_lo[h][c] = s_hi[h][c] = V::izero();
@@ -162,8 +173,15 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
               }
             }
             for (int c = 0; c < C; ++c) {
-              s_lo[h][c] = V::dot(s_lo[h][c], lo, V::bcast(load32(q[c] + 32 * g + 4 * j)));
-              s_hi[h][c] = V::dot(s_hi[h][c], hi, V::bcast(load32(q[c] + 32 * g + 16 + 4 * j)));
+              const I qlo = V::bcast(load32(q[c] + 32 * g + 4 * j));
+              const I qhi = V::bcast(load32(q[c] + 32 * g + 16 + 4 * j));
+              if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
+                s_lo[h][c] = V::dot_scaled(s_lo[h][c], lo, qlo, sc_a16[h]);
+                s_hi[h][c] = V::dot_scaled(s_hi[h][c], hi, qhi, sc_b16[h]);
+              } else {
+                s_lo[h][c] = V::dot(s_lo[h][c], lo, qlo);
+                s_hi[h][c] = V::dot(s_hi[h][c], hi, qhi);
+              }
             }
           };
           chunk(std::integral_constant<int, 0>{});
@@ -184,14 +202,22 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
           ws = V::mul(d[h], V::u8_to_f(unit + kHeadKSc + gi * kRows + hb[h]));  // exact
           wm = V::neg(V::mul(dmin[h], V::u8_to_f(unit + kHeadKMn + gi * kRows + hb[h])));
         }
-        if constexpr (kScales == PanelScales::Q6K) {
-          sc_a = V::s8_to_i(unit + kHeadQ6Sc + 2 * gi * kRows + hb[h]);
-          sc_b = V::s8_to_i(unit + kHeadQ6Sc + (2 * gi + 1) * kRows + hb[h]);
+        if constexpr (kScales == PanelScales::Q6K && !V::kScaledDot) {
+          const I pairs = V::s8_pairs(unit + kHeadQ6Sc + (gi * kRows + hb[h]) * 2);
+          sc_a = V::low16(pairs);
+          sc_b = V::high16(pairs);
         }
         for (int c = 0; c < C; ++c) {
           const int32_t i_lo = is[c][2 * g], i_hi = is[c][2 * g + 1];
           I s;
-          if constexpr (kScales == PanelScales::Q6K) {
+          if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
+            // the sums are already scaled: subtract 32 * (sc_a i_lo + sc_b i_hi),
+            // |i| <= 16 * 127 fits an int16
+            const int32_t ipair =
+                (i_lo & 0xffff) | static_cast<int32_t>(static_cast<uint32_t>(i_hi) << 16);
+            s = V::sub(V::add(s_lo[h][c], s_hi[h][c]),
+                       V::template slli<5>(V::madd16(sc_pair[h], V::bcast(ipair))));
+          } else if constexpr (kScales == PanelScales::Q6K) {
             s = V::add(V::mullo(sc_a, V::sub(s_lo[h][c], V::bcast(kTotalBias * i_lo))),
                        V::mullo(sc_b, V::sub(s_hi[h][c], V::bcast(kTotalBias * i_hi))));
           } else {
