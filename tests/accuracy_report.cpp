@@ -95,6 +95,7 @@ void report(const std::string& path, std::optional<Isa> isa, DType kv, int threa
   const KvLayout layout = kv_layout_for(model->hparams(), kv);
   KvBlockPool pool(layout, kv_bytes_for_tokens(layout, n_tokens));
   ThreadPool tp(threads);
+  model->repack_weights(tp);  // as the engine runs it
   ForwardContext ctx(*model, pool, tp, n_tokens, isa);
   KvSequence seq;
   std::vector<float> got(static_cast<size_t>(n_vocab));

@@ -22,6 +22,7 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/quants.h"
+#include "quant_test_util.h"
 
 namespace encore::kernels {
 namespace {
@@ -137,27 +138,11 @@ TEST(Matmul, SmallBatchesEqualScalarTwin) {
 // quantize_row never makes, such as negative Q6_K scales, Q6_K q = -32,
 // Q8_0 -128 and every bit pattern of the high bits, against the scalar twin.
 Weights random_block_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
   Weights w{t, rows, cols, {}, {}};
   const size_t row_bytes = dtype_row_bytes(t, static_cast<uint64_t>(cols));
   w.storage.resize((row_bytes * rows + 3) / 4 + 1);
   auto* bytes = reinterpret_cast<uint8_t*>(w.storage.data());
-  for (size_t i = 0; i < row_bytes * rows; ++i) bytes[i] = static_cast<uint8_t>(rng());
-  // Offsets of the fp16 fields (d, and m / dmin where there is one) in each block.
-  const size_t block = dtype_info(t).block_bytes;
-  std::vector<size_t> halves = {0};
-  if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) {
-    halves = {0, 2};
-  } else if (t == DType::Q6_K) {
-    halves = {208};
-  }
-  for (size_t b = 0; b < row_bytes * rows / block; ++b) {
-    for (size_t off : halves) {
-      const uint16_t h = f32_to_fp16(scale(rng));
-      std::memcpy(bytes + b * block + off, &h, 2);
-    }
-  }
+  test::fill_random_blocks(t, bytes, row_bytes * rows, seed);
   w.view = WeightView{t, bytes, rows, cols, row_bytes};
   return w;
 }

@@ -21,6 +21,7 @@
 #include "kernels/matmul_internal.h"
 #include "kernels/panel.h"
 #include "kernels/quants.h"
+#include "quant_test_util.h"
 
 namespace encore::kernels {
 namespace {
@@ -35,28 +36,12 @@ struct Weights {
   WeightView view;
 };
 
-// Random block bytes with finite fp16 scales: every bit pattern of the
-// values, negative Q6_K sub-scales, Q8_0 -128.
+// Random blocks (quant_test_util.h).
 Weights random_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
   const size_t row_bytes = dtype_row_bytes(t, static_cast<uint64_t>(cols));
   Weights w;
   w.bytes.resize(row_bytes * rows);
-  for (uint8_t& b : w.bytes) b = static_cast<uint8_t>(rng());
-  const size_t block = dtype_info(t).block_bytes;
-  std::vector<size_t> halves = {0};
-  if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q4_K || t == DType::Q5_K) {
-    halves = {0, 2};
-  } else if (t == DType::Q6_K) {
-    halves = {208};
-  }
-  for (size_t b = 0; b < w.bytes.size() / block; ++b) {
-    for (size_t off : halves) {
-      const uint16_t h = f32_to_fp16(scale(rng));
-      std::memcpy(w.bytes.data() + b * block + off, &h, 2);
-    }
-  }
+  test::fill_random_blocks(t, w.bytes.data(), w.bytes.size(), seed);
   w.view = WeightView{t, w.bytes.data(), rows, cols, row_bytes};
   return w;
 }
@@ -85,7 +70,7 @@ TEST(Panel, HoldsTheBlocksOwnNumbers) {
     std::vector<uint8_t> panel(mm::panel_bytes(t, cols));
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t p = 0; p < 2; ++p) {
-      std::fill(panel.begin(), panel.end(), uint8_t{0});  // repack_panel wants zeroed bytes
+      std::fill(panel.begin(), panel.end(), uint8_t{0xA5});  // repack_panel writes every byte
       mm::repack_panel(w.view, p, panel.data());
       for (int r = 0; r < mm::kPanelRows; ++r) {
         const int64_t wr = p * mm::kPanelRows + r;
@@ -183,7 +168,7 @@ TEST(Panel, ScalarTwinIsTheV2OrderOfTheBlocks) {
 TEST(Panel, RepackedViewsEqualTheScalarTwin) {
   ThreadPool pool(2);
   for (DType t : kIntTypes) {
-    const int64_t cols = is_k_quant(t) ? 256 : 160;
+    const int64_t cols = is_k_quant(t) ? 768 : 160;
     for (int64_t rows : {int64_t{16}, int64_t{37}}) {
       Weights w = random_weights(t, rows, cols, 17);
       std::vector<uint8_t> packed(repacked_bytes(t, rows, cols));
@@ -205,6 +190,57 @@ TEST(Panel, RepackedViewsEqualTheScalarTwin) {
           }
         }
       }
+    }
+  }
+}
+
+// The largest sums the formats allow, where a saturating or overflowing
+// kernel would show: Q8_0 weights all -128 against activations all -127
+// (every maddubs pair of the AVX2 sign trick at 2 * 128 * 127 = 32512), and
+// Q6_K with every sub-scale -128 and every weight -32 against activations
+// all +-127 (|S_g| = 2 * 128 * 16 * 32 * 127 = 16,646,144, just under 2^24, where
+// float(S_g) is still exact). Every ISA must give the scalar twin's bits,
+// and the twin the exact value.
+TEST(Panel, LargestSumsAreExactOnEveryIsa) {
+  for (DType t : {DType::Q8_0, DType::Q6_K}) {
+    const int64_t cols = 256, rows = 16;
+    const size_t row_bytes = dtype_row_bytes(t, cols);
+    std::vector<uint8_t> bytes(row_bytes * rows, 0);
+    const uint16_t one = f32_to_fp16(1.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = bytes.data() + r * row_bytes;
+      if (t == DType::Q8_0) {
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          std::memcpy(row + b * 34, &one, 2);
+          std::memset(row + b * 34 + 2, 0x80, 32);  // -128
+        }
+      } else {  // ql = qh = 0: every value q = 0, w = -32
+        std::memset(row + offsetof(BlockQ6_K, scales), 0x80, 16);  // sub-scales -128
+        std::memcpy(row + offsetof(BlockQ6_K, d), &one, 2);
+      }
+    }
+    const WeightView w{t, bytes.data(), rows, cols, row_bytes};
+    // Row 0 of x: all -1 (q = -127); row 1: all +1 (q = +127).
+    std::vector<float> x(2 * cols, -1.0f);
+    std::fill(x.begin() + cols, x.end(), 1.0f);
+    std::vector<float> ref(2 * rows), y(ref.size());
+    matmul(w, x.data(), ref.data(), 2, nullptr, Isa::Scalar);
+    const double da = 1.0 / 127;
+    for (int i = 0; i < 2; ++i) {
+      const double q = i == 0 ? -127 : 127;
+      const double s_g = t == DType::Q8_0 ? 32 * -128 * q : 2 * -128 * (16 * -32 * q);
+      // Every group adds the same exact product s_g * fl(1 * da): the chain
+      // of fmas over cols / 32 groups, in float.
+      float acc = 0.0f;
+      for (int g = 0; g < cols / 32; ++g) {
+        acc = std::fma(static_cast<float>(s_g), static_cast<float>(da), acc);
+      }
+      EXPECT_EQ(ref[i * rows], acc) << dtype_name(t) << " act " << i;
+    }
+    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+      if (!isa_supported(isa)) continue;
+      matmul(w, x.data(), y.data(), 2, nullptr, isa);
+      EXPECT_TRUE(same_bits(y, ref)) << dtype_name(t) << " " << isa_name(isa);
     }
   }
 }

@@ -69,6 +69,8 @@ inline std::unique_ptr<Lm> make_lm(gguf::File file) {
   auto lm = std::make_unique<Lm>();
   lm->file = std::make_shared<const gguf::File>(std::move(file));
   lm->model = Model::load(*lm->file);
+  ThreadPool repack_pool(2);
+  lm->model->repack_weights(repack_pool);  // as the engine runs it
   lm->tok = Tokenizer::create(vocab_from_gguf(*lm->file));
   lm->prompt = encode_with_bos(*lm->tok, kPromptText);
   lm->other = encode_with_bos(*lm->tok, kOtherText);

@@ -5,12 +5,13 @@
 // Supported architectures: "llama" (Llama 1/2/3 and look-alikes: Mistral,
 // TinyLlama, SmolLM), "qwen2" (Q/K/V biases) and "qwen3" (per-head Q/K norms).
 //
-// Ownership: a Model's weights are zero-copy views into the gguf::File it was
-// loaded from; the File must outlive the Model (and every ForwardContext on
-// it). Only tiny tensors (norm vectors) are copied.
-// Thread-safety: a Model is immutable after load(); any number of
-// ForwardContexts on any threads may share it. A ForwardContext is used by
-// one thread at a time.
+// Ownership: a Model's weights are views into the gguf::File it was loaded
+// from; the File must outlive the Model (and every ForwardContext on it).
+// Norm vectors are copied, and repack_weights() adds a repacked copy of the
+// quantised matrices (owned by the Model, about the size of those tensors).
+// Thread-safety: a Model is immutable after load() and repack_weights(); any
+// number of ForwardContexts on any threads may then share it. A
+// ForwardContext is used by one thread at a time.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,10 @@
 // Matrix multiplication driver (see matmul.h): picks the kernel table for the
 // ISA, quantises the activations once per call, splits the output rows across
-// threads and walks them in cache-sized blocks of decoded weight rows.
-// The arithmetic (and its canonical order) lives in matmul_internal.h and the
-// matmul_{scalar,avx2,avx512}.cpp tables; nothing here touches a sum, so the
-// blocking and the thread split never change a bit of the result.
+// threads and walks them in cache-sized blocks (row panels of the quantised
+// types, widened rows of the float ones). The arithmetic (and its canonical
+// order) lives in matmul_internal.h and the matmul_{scalar,avx2,avx512}.cpp
+// and matmul_panel_*.cpp tables; nothing here touches a sum, so the blocking
+// and the thread split never change a bit of the result.
 #include "kernels/matmul.h"
 
 #include <algorithm>
@@ -25,7 +26,6 @@ namespace encore::kernels {
 namespace {
 
 using mm::ActRows;
-using mm::DecRows;
 using mm::IsaKernels;
 
 // Every NaN leaves as the one quiet NaN (see matmul_internal.h).
@@ -150,7 +150,6 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
       const int64_t np = std::min(per_block, p_end - pb);
       const uint8_t* base;
       if (own != nullptr) {
-        std::memset(own, 0, static_cast<size_t>(np) * pbytes);
         for (int64_t p = 0; p < np; ++p) mm::repack_panel(w, pb + p, own + p * pbytes);
         base = own;
       } else {

@@ -97,7 +97,6 @@ bool matmul_uses_int8(DType t);
 size_t repacked_bytes(DType t, int64_t rows, int64_t cols);
 // Repacks w (an integer type) into dst: [repacked_bytes(...)], panels
 // [p_begin, p_end) only (so a caller can split the work across threads).
-// Their bytes in dst must be zero (fresh pages, or cleared by the caller).
 void repack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end);
 
 // Dequantises row `row` of `w` into out: [w.cols]. Used for embedding lookup.

@@ -70,8 +70,9 @@ inline constexpr int kMaxTileC = 4;     // activation rows per register tile
 inline constexpr int64_t kDecodeRows = 8;
 
 // The inline helpers of this header sit in an anonymous namespace: it is
-// included by files compiled for different ISAs (matmul_avx2.cpp with BMI2,
-// matmul_avx512.cpp with AVX-512), and a shared inline copy that the
+// included by files compiled for different ISAs (matmul_avx2.cpp and
+// matmul_panel_avx2.cpp with AVX2 and BMI2, matmul_avx512.cpp and
+// matmul_panel_avx512.cpp with AVX-512), and a shared inline copy that the
 // compiler did not inline could be the one built for the wider ISA, then
 // called from the scalar or AVX2 path. Each file keeps its own copy.
 namespace {
@@ -92,7 +93,8 @@ struct ActRows {
   int64_t kp = 0;
 };
 
-// Decoded weight rows (integer path); zero-padded to kp values.
+// Decoded weight rows: what decode_scalar writes (panel.cpp's repacking
+// reads one block of values from it); kp is the row stride.
 struct DecRows {
   int8_t* w = nullptr;  // [rows, kp]
   float* ws = nullptr;  // [rows, kp / 16]

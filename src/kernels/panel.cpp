@@ -22,44 +22,12 @@ PanelFormat make(PanelValues v, PanelScales s, bool has_min, int bias) {
   f.bias = bias;
   // Legacy units are two blocks, so that every unit (and every group in it)
   // starts on a 64-byte boundary: a vector load never straddles two lines.
-  f.unit_values = s == PanelScales::Legacy ? 2 * kLegacyBlock : kSuperBlock;
-  switch (v) {
-    case PanelValues::I8:
-      f.group_bytes = 32 * kRows;
-      break;
-    case PanelValues::U4:
-      f.group_bytes = 16 * kRows;
-      break;
-    case PanelValues::U5:
-      f.group_bytes = 20 * kRows;
-      break;
-    case PanelValues::U6:
-      f.group_bytes = 24 * kRows;
-      break;
-  }
-  switch (s) {
-    case PanelScales::Legacy:
-      f.head_bytes = (has_min ? 8 : 4) * kRows;
-      break;
-    case PanelScales::KQuant:
-      f.head_bytes = (2 + 2 + 8 + 8) * kRows;
-      break;
-    case PanelScales::Q6K:
-      f.head_bytes = (2 + 16 + 2) * kRows;  // 2 * 16 bytes of padding: 64-byte units
-      break;
-  }
+  f.unit_values = unit_values_of(s);
+  f.group_bytes = group_bytes_of(v);
+  f.head_bytes = head_bytes_of(s, has_min);
   f.unit_bytes = f.head_bytes + static_cast<size_t>(f.unit_values / kGroup) * f.group_bytes;
   return f;
 }
-
-// Byte offsets inside a unit's header.
-constexpr size_t kHeadD = 0;                // d[16] fp16 (legacy: d[2][16], one per block)
-constexpr size_t kHeadM = 2 * kRows;        // K dmin[16] fp16
-constexpr size_t kHeadLegacyM = 4 * kRows;  // legacy m[2][16] fp16
-constexpr size_t kHeadKSc = 4 * kRows;      // K: sc[8][16]
-constexpr size_t kHeadKMn = 12 * kRows;     // K: mn[8][16]
-constexpr size_t kHeadQ6Sc = 2 * kRows;     // Q6_K: sc[8 groups][16][2]
-constexpr size_t kHigh = 16 * kRows;        // H (U5) or H2 (U6) after the nibbles
 
 void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 uint16_t get16(const uint8_t* p) {
@@ -139,6 +107,7 @@ void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
   const int64_t block = f.scales == PanelScales::Legacy ? kLegacyBlock : kSuperBlock;
   const int64_t n_blocks = w.cols / block;
   const size_t block_bytes = dtype_row_bytes(w.type, static_cast<uint64_t>(block));
+  std::memset(dst, 0, panel_bytes(w.type, w.cols));  // padding, and the bits or-ed in below
   // One block of one row decoded exactly (decode_scalar: signed w = u -
   // bias), the scales then read from the block itself.
   int8_t wv[kSuperBlock];

@@ -46,6 +46,28 @@ inline constexpr int kPanelRows = 16;
 enum class PanelValues : uint8_t { I8, U4, U5, U6 };
 enum class PanelScales : uint8_t { Legacy, KQuant, Q6K };
 
+// The layout's sizes and header offsets, defined once here for panel.cpp and
+// the SIMD kernels (panel_kernel.h).
+constexpr int64_t unit_values_of(PanelScales s) { return s == PanelScales::Legacy ? 64 : 256; }
+constexpr size_t group_bytes_of(PanelValues v) {
+  return (v == PanelValues::I8   ? 32
+          : v == PanelValues::U4 ? 16
+          : v == PanelValues::U5 ? 20
+                                 : 24) *
+         size_t{kPanelRows};
+}
+constexpr size_t head_bytes_of(PanelScales s, bool has_min) {
+  return (s == PanelScales::Legacy ? (has_min ? 8 : 4) : 20) * size_t{kPanelRows};  // Q6_K padded
+}
+inline constexpr size_t kHeadD = 0;                     // d[16] fp16 (legacy: d[2][16])
+inline constexpr size_t kHeadM = 2 * kPanelRows;        // K dmin[16] fp16
+inline constexpr size_t kHeadLegacyM = 4 * kPanelRows;  // legacy m[2][16] fp16
+inline constexpr size_t kHeadKSc = 4 * kPanelRows;      // K: sc[8][16] u8
+inline constexpr size_t kHeadKMn = 12 * kPanelRows;     // K: mn[8][16] u8
+inline constexpr size_t kHeadQ6Sc = 2 * kPanelRows;     // Q6_K: sc[8][16][2] int8
+inline constexpr size_t kHigh = 16 * kPanelRows;        // in a group: H (U5) or H2[0] (U6)
+inline constexpr size_t kHigh2 = 20 * kPanelRows;       // in a group: H2[1] (U6)
+
 struct PanelFormat {
   PanelValues values = PanelValues::I8;
   PanelScales scales = PanelScales::Legacy;
@@ -59,13 +81,15 @@ struct PanelFormat {
 
 // The format of an integer type (is_int_type(t)).
 const PanelFormat& panel_format(DType t);
+namespace {  // one copy per ISA's translation unit (see matmul_internal.h)
 inline int64_t panel_count(int64_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
+}  // namespace
 // Bytes of one panel of cols values per row (cols a multiple of the unit).
 size_t panel_bytes(DType t, int64_t cols);
 
 // Writes panel p of w (rows [16p, 16p + 16); rows past w.rows are zero) into
-// dst: [panel_bytes(w.type, w.cols)], which must be zero-filled (bits are
-// or-ed in). w.type must be an integer type.
+// dst: [panel_bytes(w.type, w.cols)], every byte of it. w.type must be an
+// integer type.
 void repack_panel(const WeightView& w, int64_t p, uint8_t* dst);
 
 // The weight w of value k (of cols) for row r of a panel (the scalar twin's

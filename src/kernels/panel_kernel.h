@@ -24,12 +24,6 @@ namespace {  // one copy per ISA's translation unit (see matmul_internal.h)
 
 constexpr int kRows = kPanelRows;
 
-// Byte offsets of panel.h's layout (checked against panel.cpp by
-// PanelLayout tests through the scalar twin).
-constexpr size_t kHeadM = 2 * kRows, kHeadKSc = 4 * kRows, kHeadKMn = 12 * kRows;
-constexpr size_t kHeadLegacyM = 4 * kRows;
-constexpr size_t kHeadQ6Sc = 2 * kRows, kHigh = 16 * kRows, kHigh2 = kHigh + 4 * kRows;
-
 inline int32_t load32(const int8_t* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
@@ -39,15 +33,10 @@ inline int32_t load32(const int8_t* p) {
 // The compile-time constants of panel.h's format of one type.
 template <PanelValues kVals, PanelScales kScales, bool kMin>
 struct Format {
-  static constexpr int64_t kUnit = kScales == PanelScales::Legacy ? 64 : 256;
+  static constexpr int64_t kUnit = unit_values_of(kScales);
   static constexpr int64_t kPerUnit = kUnit / 32;
-  static constexpr size_t kGroupBytes = kVals == PanelValues::I8   ? 32 * kRows
-                                        : kVals == PanelValues::U4 ? 16 * kRows
-                                        : kVals == PanelValues::U5 ? 20 * kRows
-                                                                   : 24 * kRows;
-  static constexpr size_t kHead = kScales == PanelScales::Legacy   ? (kMin ? 8 : 4) * kRows
-                                  : kScales == PanelScales::KQuant ? 20 * kRows
-                                                                   : 20 * kRows;
+  static constexpr size_t kGroupBytes = group_bytes_of(kVals);
+  static constexpr size_t kHead = head_bytes_of(kScales, kMin);
   static constexpr size_t kUnitBytes = kHead + kPerUnit * kGroupBytes;
   static_assert(kUnitBytes % 64 == 0, "units start on cache lines");
   static size_t panel_bytes(int64_t k) {
@@ -105,8 +94,8 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
     const uint8_t* unit = panel + static_cast<size_t>(u) * kUnitBytes;
     F d[NH], wm_legacy[NH], dmin[NH];
     for (int h = 0; h < NH; ++h) {
-      d[h] = V::f16(unit + 2 * hb[h]);  // legacy: the unit's first group
-      wm_legacy[h] = dmin[h] = V::fzero();
+      d[h] = wm_legacy[h] = dmin[h] = V::fzero();
+      if constexpr (kScales != PanelScales::Legacy) d[h] = V::f16(unit + 2 * hb[h]);
       if constexpr (kScales == PanelScales::KQuant) {
         dmin[h] = V::f16(unit + kHeadM + 2 * hb[h]);
       }
@@ -117,7 +106,9 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
       const uint8_t* grp = unit + kHead + static_cast<size_t>(gi) * kGroupBytes;
       if constexpr (C <= 2) {  // decode-sized tiles stream the panels
         for (size_t off = 0; off < kGroupBytes; off += 64) {
-          __builtin_prefetch(grp + pbytes + off, 0, kPrefetchLocality);
+          // an address, not a pointer into the array: the last panel's "next" is past its end
+          const uintptr_t ahead = reinterpret_cast<uintptr_t>(grp) + pbytes + off;
+          __builtin_prefetch(reinterpret_cast<const void*>(ahead), 0, kPrefetchLocality);
         }
       }
       // Q6_K where V multiplies the sub-scales inside its dot product

@@ -15,15 +15,9 @@ namespace {
 // v, kept in a register: GCC 12 otherwise folds a load into every
 // instruction that uses the loaded value, so in a 2 x 2 float sub-tile one
 // of the two operands was loaded once per fma instead of once per step (12
-// loads per 8 fmas; the loads, not the fmas, were the limit), and the
-// integer kernels loaded an activation vector once per maddubs / vpdpbusd.
-// The empty asm, which GCC must assume changes v, stops the folding. Speed
-// only: the same operations in the same order. Measured on the Zen 5 class
-// VM: AVX2 direct kernels, one thread, weights in L2, 1 / 8 activation rows
-// (GOP/s): Q6_K 48 -> 56 / 69 -> 81, Q5_0 42 -> 52 / 65 -> 78, Q8_0 52 -> 62
-// / 73 -> 100 (Q4_0, Q4_K, Q5_K unchanged); AVX-512 int_tile_t, 512 rows,
-// two threads: Q8_0 +3 %, Q4_0 and Q6_K +15-20 % (the unsigned types
-// unchanged).
+// loads per 8 fmas; the loads, not the fmas, were the limit). The empty asm,
+// which GCC must assume changes v, stops the folding. Speed only: the same
+// operations in the same order.
 template <class V>
 inline V in_register(V v) {
   asm("" : "+v"(v));  // any vector register (zmm16-31 too)

@@ -49,7 +49,7 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
 }
 
 void Model::repack_weights(ThreadPool& pool) {
-  assert(repacked_ == nullptr);
+  if (repacked_ != nullptr) return;  // once: views in use must not move
   std::vector<kernels::WeightView*> views;
   for (LayerWeights& l : weights_->layers) {
     for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
@@ -64,9 +64,9 @@ void Model::repack_weights(ThreadPool& pool) {
     total += aligned(kernels::repacked_bytes(v->type, v->rows, v->cols));
   }
   if (total == 0) return;
-  // Fresh anonymous pages, which repack_panels needs zeroed, in huge pages
-  // where the kernel allows: the first touch of ~1 GB in 4 KiB pages was
-  // most of the load time (page faults and the kernel zeroing each page).
+  // Anonymous pages, in huge pages where the kernel allows: the first touch
+  // of ~1 GB in 4 KiB pages was most of the load time (page faults and the
+  // kernel zeroing each page).
   void* mem = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     throw ModelError(fmt::format("{}: cannot allocate {} MiB for the repacked weights: {}", path_,

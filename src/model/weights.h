@@ -1,7 +1,8 @@
 // Weights of a loaded model (internal to src/model and its tests).
 //
-// Matrices are WeightViews into the gguf::File's tensor data (zero-copy; the
-// File must outlive the Model). A view of GGUF dims [cols, rows] has `rows`
+// Matrices are WeightViews into the gguf::File's tensor data (the File must
+// outlive the Model), plus, once Model::repack_weights ran, their repacked
+// panels (WeightView::panels, owned by the Model). A view of GGUF dims [cols, rows] has `rows`
 // output features of `cols` inputs each, so "[n_embd -> n_q]" below means
 // rows = n_q, cols = n_embd. Norm vectors are small and kept as float copies.
 // Thread-safety: immutable after loading.
