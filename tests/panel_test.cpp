@@ -195,8 +195,9 @@ TEST(Panel, RepackedViewsEqualTheScalarTwin) {
 }
 
 // The largest sums the formats allow, where a saturating or overflowing
-// kernel would show: Q8_0 weights all -128 against activations all -127
-// (every maddubs pair of the AVX2 sign trick at 2 * 128 * 127 = 32512), and
+// kernel would show: Q8_0 weights all -128 or all +127 against activations
+// all -127 or +127 (the AVX2 sign trick's maddubs pairs at 2 * 128 * 127 =
+// 32512; weights made unsigned, w + 128 = 255, would saturate them), and
 // Q6_K with every sub-scale -128 and every weight -32 against activations
 // all +-127 (|S_g| = 2 * 128 * 16 * 32 * 127 = 16,646,144, just under 2^24, where
 // float(S_g) is still exact). Every ISA must give the scalar twin's bits,
@@ -210,9 +211,9 @@ TEST(Panel, LargestSumsAreExactOnEveryIsa) {
     for (int64_t r = 0; r < rows; ++r) {
       uint8_t* row = bytes.data() + r * row_bytes;
       if (t == DType::Q8_0) {
-        for (int64_t b = 0; b < cols / 32; ++b) {
+        for (int64_t b = 0; b < cols / 32; ++b) {  // even rows -128, odd rows +127
           std::memcpy(row + b * 34, &one, 2);
-          std::memset(row + b * 34 + 2, 0x80, 32);  // -128
+          std::memset(row + b * 34 + 2, r % 2 == 0 ? 0x80 : 0x7f, 32);
         }
       } else {  // ql = qh = 0: every value q = 0, w = -32
         std::memset(row + offsetof(BlockQ6_K, scales), 0x80, 16);  // sub-scales -128
@@ -227,15 +228,18 @@ TEST(Panel, LargestSumsAreExactOnEveryIsa) {
     matmul(w, x.data(), ref.data(), 2, nullptr, Isa::Scalar);
     const double da = 1.0 / 127;
     for (int i = 0; i < 2; ++i) {
-      const double q = i == 0 ? -127 : 127;
-      const double s_g = t == DType::Q8_0 ? 32 * -128 * q : 2 * -128 * (16 * -32 * q);
-      // Every group adds the same exact product s_g * fl(1 * da): the chain
-      // of fmas over cols / 32 groups, in float.
-      float acc = 0.0f;
-      for (int g = 0; g < cols / 32; ++g) {
-        acc = std::fma(static_cast<float>(s_g), static_cast<float>(da), acc);
+      for (int r = 0; r < 2; ++r) {
+        const double q = i == 0 ? -127 : 127;
+        const double w8 = r == 0 ? -128 : 127;
+        const double s_g = t == DType::Q8_0 ? 32 * w8 * q : 2 * -128 * (16 * -32 * q);
+        // Every group adds the same exact product s_g * fl(1 * da): the chain
+        // of fmas over cols / 32 groups, in float.
+        float acc = 0.0f;
+        for (int g = 0; g < cols / 32; ++g) {
+          acc = std::fma(static_cast<float>(s_g), static_cast<float>(da), acc);
+        }
+        EXPECT_EQ(ref[i * rows + r], acc) << dtype_name(t) << " act " << i << " row " << r;
       }
-      EXPECT_EQ(ref[i * rows], acc) << dtype_name(t) << " act " << i;
     }
     for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
       if (!isa_supported(isa)) continue;
