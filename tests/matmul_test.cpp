@@ -27,6 +27,8 @@
 namespace encore::kernels {
 namespace {
 
+using test::same_bits;
+
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                         DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                         DType::Q4_K, DType::Q5_K, DType::Q6_K};
@@ -68,23 +70,11 @@ Weights make_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
   return w;
 }
 
-std::vector<float> make_acts(int64_t m, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(m * cols));
-  for (auto& v : x) v = nd(rng);
-  return x;
-}
-
 std::vector<float> run(const Weights& w, const std::vector<float>& x, int64_t m, Isa isa,
                        ThreadPool* pool = nullptr) {
   std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
   matmul(w.view, x.data(), y.data(), m, pool, isa);
   return y;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Every ISA this CPU has gives the scalar twin's bits for `w` times the
@@ -107,7 +97,7 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
       // in place by the float tiles), one panel per block for the quantised
       // types; m = 12 and 70: F16/BF16 widened first, blocks of 4 panels.
       for (int64_t m : {int64_t{6}, int64_t{12}, int64_t{70}}) {
-        expect_isas_equal_scalar(w, make_acts(m, cols, 2), m);
+        expect_isas_equal_scalar(w, test::random_acts(m, cols, 2), m);
       }
     }
   }
@@ -121,7 +111,7 @@ TEST(Matmul, SmallBatchesEqualScalarTwin) {
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
       const Weights w = make_weights(t, 14, cols, 21);  // tiles of 4 and 2 weight rows
-      auto x = make_acts(8, cols, 22);
+      auto x = test::random_acts(8, cols, 22);
       for (int64_t k = 0; k < cols; ++k) {
         x[1 * cols + k] *= 1e30f;
         x[2 * cols + k] *= (k % 64 < 32) ? 1e-30f : 1e-42f;
@@ -153,7 +143,7 @@ TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
     for (int64_t cols : cols_for(t)) {
       // 11 rows: tiles of 4 and 3 weight rows (13 and 14 rows above: 4, 1 and 2)
       const Weights w = random_block_weights(t, 11, cols, 31);
-      const auto x = make_acts(8, cols, 32);
+      const auto x = test::random_acts(8, cols, 32);
       for (int64_t m : {1, 2, 3, 5, 8}) expect_isas_equal_scalar(w, x, m);
     }
   }
@@ -183,7 +173,7 @@ TEST(Matmul, BatchInvariance) {
   for (DType t : kTypes) {
     const int64_t cols = cols_for(t).back();
     const Weights w = make_weights(t, 11, cols, 3);
-    const auto x = make_acts(33, cols, 4);
+    const auto x = test::random_acts(33, cols, 4);
     for (Isa isa : kIsas) {
       if (!isa_supported(isa)) continue;
       // The m = 1 result of each activation row.
@@ -211,7 +201,7 @@ TEST(Matmul, ThreadCountInvariance) {
   for (DType t : kTypes) {
     const int64_t cols = is_float(t) ? 172 : 512;
     const Weights w = make_weights(t, 37, cols, 5);  // 37 * 512 * 5 > kMinParallelWork
-    const auto x = make_acts(5, cols, 6);
+    const auto x = test::random_acts(5, cols, 6);
     for (Isa isa : kIsas) {
       if (!isa_supported(isa)) continue;
       const auto ref = run(w, x, 5, isa, nullptr);
@@ -242,7 +232,7 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
     for (auto [rows, cols] :
          {std::pair<int64_t, int64_t>{70, 2131}, {70, 2048}, {71, 2131}, {71, 2048}}) {
       const Weights w = make_weights(t, rows, cols, 31);
-      const auto acts = make_acts(m, cols, 32);
+      const auto acts = test::random_acts(m, cols, 32);
       std::vector<float> x_buf(static_cast<size_t>(m * cols + 32));
       std::vector<float> row(static_cast<size_t>(cols));
       for (int64_t shift : {0, 1}) {
@@ -294,7 +284,7 @@ TEST(Matmul, ScratchContentsNeverReachTheOutput) {
     for (int64_t cols : cols_list) {
       const Weights w = make_weights(t, 13, cols, 41);
       for (int64_t m : {int64_t{3}, int64_t{12}, int64_t{70}}) {
-        const auto x = make_acts(m, cols, 42);
+        const auto x = test::random_acts(m, cols, 42);
         for (Isa isa : kIsas) {
           if (!isa_supported(isa)) continue;
           const auto ref = run(w, x, m, isa, &pool);
@@ -339,7 +329,7 @@ TEST(Matmul, AccuracyAgainstDouble) {
     const int64_t cols = cols_for(t).back();
     const Weights w = make_weights(t, 9, cols, 7);
     const int64_t m = 3;
-    const auto x = make_acts(m, cols, 8);
+    const auto x = test::random_acts(m, cols, 8);
     const auto y = run(w, x, m, isa_supported(Isa::Avx512) ? Isa::Avx512 : Isa::Scalar);
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < w.rows; ++r) {
@@ -376,7 +366,7 @@ TEST(Matmul, EdgeValuesAreIdenticalAcrossIsas) {
     const int64_t cols = is_k_quant(t) ? 512 : 256;
     const Weights w = make_weights(t, 6, cols, 9);
     const int64_t m = 7;
-    auto x = make_acts(m, cols, 10);
+    auto x = test::random_acts(m, cols, 10);
     for (int64_t k = 0; k < cols; ++k) {
       x[0 * cols + k] = 0.0f;                              // all-zero row
       if (k < 64) x[1 * cols + k] = 0.0f;                  // zero groups
@@ -433,7 +423,7 @@ TEST(Matmul, OddShapes) {
     for (DType t : {DType::F32, DType::Q8_0, DType::Q4_K}) {
       const int64_t cols = t == DType::F32 ? 1 : 256;
       const Weights w = make_weights(t, 1, cols, 11);
-      const auto x = make_acts(1, cols, 12);
+      const auto x = test::random_acts(1, cols, 12);
       const auto ref = run(w, x, 1, Isa::Scalar);
       EXPECT_TRUE(same_bits(run(w, x, 1, isa), ref));
     }

@@ -26,6 +26,8 @@
 namespace encore::kernels {
 namespace {
 
+using test::same_bits;
+
 const DType kIntTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                            DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
@@ -44,18 +46,6 @@ Weights random_weights(DType t, int64_t rows, int64_t cols, uint32_t seed) {
   test::fill_random_blocks(t, w.bytes.data(), w.bytes.size(), seed);
   w.view = WeightView{t, w.bytes.data(), rows, cols, row_bytes};
   return w;
-}
-
-std::vector<float> acts(int64_t m, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(m * cols));
-  for (auto& v : x) v = nd(rng);
-  return x;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Every value of a panel, times its scales as the panel gives them, is
@@ -146,7 +136,7 @@ TEST(Panel, ScalarTwinIsTheV2OrderOfTheBlocks) {
     const int64_t cols = is_k_quant(t) ? 768 : 320;
     const Weights w = random_weights(t, 19, cols, 9);
     const int64_t m = 3;
-    const std::vector<float> x = acts(m, cols, 10);
+    const std::vector<float> x = test::random_acts(m, cols, 10);
     std::vector<float> y(static_cast<size_t>(m * w.view.rows));
     matmul(w.view, x.data(), y.data(), m, nullptr, Isa::Scalar);
     for (int64_t i = 0; i < m; ++i) {
@@ -176,7 +166,7 @@ TEST(Panel, RepackedViewsEqualTheScalarTwin) {
       WeightView pv = w.view;
       pv.panels = packed.data();
       for (int64_t m : {1, 3, 5, 8, 13, 40}) {
-        const std::vector<float> x = acts(m, cols, 18);
+        const std::vector<float> x = test::random_acts(m, cols, 18);
         std::vector<float> ref(static_cast<size_t>(m * rows)), y(ref.size());
         matmul(w.view, x.data(), ref.data(), m, nullptr, Isa::Scalar);
         for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
@@ -258,7 +248,7 @@ TEST(Panel, MatmulReadsThePanelsItIsGiven) {
   repack_panels(w.view, packed.data(), 0, 1);
   WeightView pv = w.view;
   pv.panels = packed.data();
-  const std::vector<float> x = acts(1, 64, 24);
+  const std::vector<float> x = test::random_acts(1, 64, 24);
   std::vector<float> a(16), b(16);
   matmul(pv, x.data(), a.data(), 1, nullptr, detect_best_isa());
   packed[mm::panel_format(t).head_bytes] ^= 0x11;  // values of row 0 in the first group

@@ -1,4 +1,5 @@
-// Random quantised blocks for kernel tests (test_matmul, test_panel).
+// Random quantised blocks and activations for kernel tests (test_matmul,
+// test_panel).
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,20 @@ inline void fill_random_blocks(DType t, uint8_t* bytes, size_t n, uint32_t seed)
       std::memcpy(bytes + b * block + off, &h, 2);
     }
   }
+}
+
+// m rows of cols activations, standard normal.
+inline std::vector<float> random_acts(int64_t m, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * cols));
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
+
+// Bit-identical outputs (NaN payloads and signed zeros included).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace encore::kernels::test

@@ -5,19 +5,20 @@
 
 #include "kernels/matmul_internal.h"
 #include "kernels/panel_kernel.h"
+#include "kernels/vec_avx2.h"
 
 namespace encore::kernels::mm {
 namespace {
 
-struct V256 {
+// The float operations (and kW: rows per register) are avx2::Vec's.
+struct V256 : avx2::Vec {
+  using Vec::add;
+  using Vec::sub;
   using I = __m256i;
-  using F = __m256;
-  static constexpr int kW = 8;     // rows per register
   static constexpr int kMaxC = 2;  // activation rows per tile (of 16 registers)
   // Signed weights use the sign trick instead (|w| * sign(q, w)): no bias.
   static constexpr int kI8Bias = 0;
   static I izero() { return _mm256_setzero_si256(); }
-  static F fzero() { return _mm256_setzero_ps(); }
   static I load(const uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }
@@ -35,7 +36,6 @@ struct V256 {
   }
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
-  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
   // u <= 63 and |q| <= 127: a pair's sum (<= 16002) never saturates.
   static I dot(I acc, I u, I q) {
     return _mm256_add_epi32(acc,
@@ -45,20 +45,15 @@ struct V256 {
   static I dot_i8(I acc, I w, I q) {
     return dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
   }
-  static F f16(const uint8_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
   static F u8_to_f(const uint8_t* p) {
     return _mm256_cvtepi32_ps(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
   // The int8 pairs of 8 rows at p (16 bytes), each pair one 32-bit lane of
-  // two int16; low16 / high16 sign-extend either half to the whole lane.
+  // two int16.
   static I s8_pairs(const uint8_t* p) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  static I low16(I a) { return _mm256_srai_epi32(_mm256_slli_epi32(a, 16), 16); }
-  static I high16(I a) { return _mm256_srai_epi32(a, 16); }
   // Q6_K's sub-scales ride in the madd that sums maddubs' pairs (instead of
   // a madd with ones and two vpmulld per group): the pairs (<= 2 * 63 * 127)
   // times a scale (|sc| <= 128) stay far inside int32.
@@ -76,12 +71,6 @@ struct V256 {
   }
   static I madd16(I a, I b) { return _mm256_madd_epi16(a, b); }
   static F cvt(I a) { return _mm256_cvtepi32_ps(a); }  // exact: |a| < 2^24
-  static F fset1(float v) { return _mm256_set1_ps(v); }
-  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  static F fadd(F a, F b) { return _mm256_add_ps(a, b); }
-  static F neg(F a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
-  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  static void fstore(float* p, F v) { _mm256_storeu_ps(p, v); }
 };
 
 }  // namespace

@@ -8,20 +8,21 @@
 
 #include "kernels/matmul_internal.h"
 #include "kernels/panel_kernel.h"
+#include "kernels/vec_avx512.h"
 
 namespace encore::kernels::mm {
 namespace {
 
-struct V512 {
+// The float operations (and kW: rows per register) are avx512::Vec's.
+struct V512 : avx512::Vec {
+  using Vec::add;
+  using Vec::sub;
   using I = __m512i;
-  using F = __m512;
-  static constexpr int kW = 16;    // rows per register
   static constexpr int kMaxC = 4;  // activation rows per tile (of 32 registers)
   // Signed weight bytes are made unsigned (w + 128) for vpdpbusd; the kernel
   // subtracts 128 times the activations' sum.
   static constexpr int kI8Bias = 128;
   static I izero() { return _mm512_setzero_si512(); }
-  static F fzero() { return _mm512_setzero_ps(); }
   static I load(const uint8_t* p) { return _mm512_loadu_si512(p); }
   static I set1_epi8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
   static I bcast(int32_t v) { return _mm512_set1_epi32(v); }
@@ -43,9 +44,6 @@ struct V512 {
   static I dot_i8(I acc, I w, I q) {
     return _mm512_dpbusd_epi32(acc, _mm512_xor_si512(w, set1_epi8(0x80)), q);
   }
-  static F f16(const uint8_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
   static F u8_to_f(const uint8_t* p) {
     return _mm512_cvtepi32_ps(
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -60,12 +58,6 @@ struct V512 {
   // vpdpbusd cannot scale inside: Q6_K's sub-scales are multiplied after.
   static constexpr bool kScaledDot = false;
   static F cvt(I a) { return _mm512_cvtepi32_ps(a); }  // exact: |a| < 2^24
-  static F fset1(float v) { return _mm512_set1_ps(v); }
-  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
-  static F fadd(F a, F b) { return _mm512_add_ps(a, b); }
-  static F neg(F a) { return _mm512_xor_ps(a, _mm512_set1_ps(-0.0f)); }
-  static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  static void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
 };
 
 }  // namespace

@@ -30,11 +30,6 @@ PanelFormat make(PanelValues v, PanelScales s, bool has_min, int bias) {
 }
 
 void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
-uint16_t get16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
 
 // Writes the 32 stored values u of row r into a group's bytes.
 void put_group(const PanelFormat& f, uint8_t* grp, int r, const uint8_t* u) {
@@ -122,11 +117,11 @@ void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
       const int64_t gi0 = first % f.unit_values / kGroup;  // its first group in the unit
       decode_scalar(w.type, b, block, dec, 0);
       if (f.scales == PanelScales::Legacy) {
-        put16(unit + kHeadD + gi0 * 2 * kRows + 2 * r, get16(b));
-        if (f.has_min) put16(unit + kHeadLegacyM + gi0 * 2 * kRows + 2 * r, get16(b + 2));
+        put16(unit + kHeadD + gi0 * 2 * kRows + 2 * r, rd16(b));
+        if (f.has_min) put16(unit + kHeadLegacyM + gi0 * 2 * kRows + 2 * r, rd16(b + 2));
       } else if (f.scales == PanelScales::KQuant) {
-        put16(unit + kHeadD + 2 * r, get16(b));
-        put16(unit + kHeadM + 2 * r, get16(b + 2));
+        put16(unit + kHeadD + 2 * r, rd16(b));
+        put16(unit + kHeadM + 2 * r, rd16(b + 2));
         for (int j = 0; j < 8; ++j) {
           uint8_t sc, mn;
           get_scale_min_k4(j, b + 4, &sc, &mn);
@@ -134,7 +129,7 @@ void repack_panel(const WeightView& w, int64_t p, uint8_t* dst) {
           unit[kHeadKMn + j * kRows + r] = mn;
         }
       } else {
-        put16(unit + kHeadD + 2 * r, get16(b + offsetof(BlockQ6_K, d)));
+        put16(unit + kHeadD + 2 * r, rd16(b + offsetof(BlockQ6_K, d)));
         for (int i = 0; i < 16; ++i) {
           unit[kHeadQ6Sc + (i / 2 * kRows + r) * 2 + i % 2] = b[offsetof(BlockQ6_K, scales) + i];
         }
@@ -173,15 +168,15 @@ GroupScales panel_scales(const PanelFormat& f, const uint8_t* panel, int r, int6
   const uint8_t* unit = panel + static_cast<size_t>(g / per_unit) * f.unit_bytes;
   const int gi = static_cast<int>(g % per_unit);
   GroupScales s;
-  const float d = fp16_to_f32(get16(unit + kHeadD + 2 * r));
+  const float d = fp16_to_f32(rd16(unit + kHeadD + 2 * r));
   switch (f.scales) {
     case PanelScales::Legacy:
-      s.ws = fp16_to_f32(get16(unit + kHeadD + gi * 2 * kRows + 2 * r));
-      if (f.has_min) s.wm = fp16_to_f32(get16(unit + kHeadLegacyM + gi * 2 * kRows + 2 * r));
+      s.ws = fp16_to_f32(rd16(unit + kHeadD + gi * 2 * kRows + 2 * r));
+      if (f.has_min) s.wm = fp16_to_f32(rd16(unit + kHeadLegacyM + gi * 2 * kRows + 2 * r));
       break;
     case PanelScales::KQuant:  // both products exact in float
       s.ws = d * static_cast<float>(unit[kHeadKSc + gi * kRows + r]);
-      s.wm = -(fp16_to_f32(get16(unit + kHeadM + 2 * r)) *
+      s.wm = -(fp16_to_f32(rd16(unit + kHeadM + 2 * r)) *
                static_cast<float>(unit[kHeadKMn + gi * kRows + r]));
       break;
     case PanelScales::Q6K:

@@ -87,17 +87,17 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
     da[c] = a.d + (i0 + c) * ag;
     as[c] = a.asum + (i0 + c) * ag;
     is[c] = a.isum + (i0 + c) * (a.kp / 16);
-    for (int h = 0; h < NH; ++h) acc[h][c] = accm[h][c] = V::fzero();
+    for (int h = 0; h < NH; ++h) acc[h][c] = accm[h][c] = V::zero();
   }
   const I lo4 = V::set1_epi8(0x0f), bit4 = V::set1_epi8(0x10), bits45 = V::set1_epi8(0x30);
   for (int64_t u = 0; u < n_units; ++u) {
     const uint8_t* unit = panel + static_cast<size_t>(u) * kUnitBytes;
     F d[NH], wm_legacy[NH], dmin[NH];
     for (int h = 0; h < NH; ++h) {
-      d[h] = wm_legacy[h] = dmin[h] = V::fzero();
-      if constexpr (kScales != PanelScales::Legacy) d[h] = V::f16(unit + 2 * hb[h]);
+      d[h] = wm_legacy[h] = dmin[h] = V::zero();
+      if constexpr (kScales != PanelScales::Legacy) d[h] = V::load_f16(unit + 2 * hb[h]);
       if constexpr (kScales == PanelScales::KQuant) {
-        dmin[h] = V::f16(unit + kHeadM + 2 * hb[h]);
+        dmin[h] = V::load_f16(unit + kHeadM + 2 * hb[h]);
       }
     }
     const int64_t unit_groups = std::min<int64_t>(kPerUnit, n_groups - u * kPerUnit);
@@ -185,8 +185,8 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
         // The group's scales for this register's rows.
         F ws = d[h], wm = wm_legacy[h];
         if constexpr (kScales == PanelScales::Legacy) {  // one d (and m) per group
-          ws = V::f16(unit + gi * 2 * kRows + 2 * hb[h]);
-          if constexpr (kMin) wm = V::f16(unit + kHeadLegacyM + gi * 2 * kRows + 2 * hb[h]);
+          ws = V::load_f16(unit + gi * 2 * kRows + 2 * hb[h]);
+          if constexpr (kMin) wm = V::load_f16(unit + kHeadLegacyM + gi * 2 * kRows + 2 * hb[h]);
         }
         I sc_a = V::izero(), sc_b = V::izero();
         if constexpr (kScales == PanelScales::KQuant) {
@@ -215,15 +215,15 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
             s = V::add(s_lo[h][c], s_hi[h][c]);
             if constexpr (kTotalBias != 0) s = V::sub(s, V::bcast(kTotalBias * (i_lo + i_hi)));
           }
-          acc[h][c] = V::fma(V::cvt(s), V::mul(ws, V::fset1(da[c][g])), acc[h][c]);
-          if constexpr (kMin) accm[h][c] = V::fma(wm, V::fset1(as[c][g]), accm[h][c]);
+          acc[h][c] = V::fma(V::cvt(s), V::mul(ws, V::set1(da[c][g])), acc[h][c]);
+          if constexpr (kMin) accm[h][c] = V::fma(wm, V::set1(as[c][g]), accm[h][c]);
         }
       }
     }
   }
   for (int h = 0; h < NH; ++h) {
     for (int c = 0; c < C; ++c) {
-      V::fstore(out + c * kRows + hb[h], kMin ? V::fadd(acc[h][c], accm[h][c]) : acc[h][c]);
+      V::store(out + c * kRows + hb[h], kMin ? V::add(acc[h][c], accm[h][c]) : acc[h][c]);
     }
   }
 }
