@@ -95,7 +95,7 @@ std::unique_ptr<MatrixSet> build_set(DType t, const std::vector<Shape>& shapes, 
       WeightView v{t, protos[i].data(), shapes[i].rows, shapes[i].cols, rb};
       const size_t packed = encore::kernels::repacked_bytes(t, v.rows, v.cols);
       if (packed != 0) {
-        const int64_t n_panels = (v.rows + 15) / 16;
+        const int64_t n_panels = encore::kernels::panel_count(v.rows);
         encore::kernels::repack_panels(v, set->bytes.data() + off, 0, n_panels);
         v.panels = set->bytes.data() + off;
       } else {

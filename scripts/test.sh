@@ -38,7 +38,8 @@ if [ "$fuzz_seconds" != "0" ]; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENCORE_BUILD_FUZZERS=ON \
     -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_run_state \
-    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds fuzz_http_reader fuzz_audit fuzz_jinja
+    fuzz_batch_request fuzz_snapshot fuzz_snapshot_seeds fuzz_http_reader fuzz_audit fuzz_jinja \
+    fuzz_panel_file
   bash fuzz/run_fuzz.sh build-fuzz "$fuzz_seconds" "$shared"
   echo "== libFuzzer: tokenizer for $((fuzz_seconds / 2))s"
   tok_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-tok.XXXXXX")
@@ -105,6 +106,16 @@ SEEDS
   for f in tests/jinja/cases/*.jinja; do cp "$f" "$jinja_corpus/case-$(basename "$f")"; done
   build-fuzz/bin/fuzz_jinja -max_total_time=$((fuzz_seconds / 4)) -max_len=65536 -timeout=10 \
     -rss_limit_mb=2048 -artifact_prefix="$jinja_corpus/" "$jinja_corpus"
+  echo "== libFuzzer: panel cache file headers for $((fuzz_seconds / 4))s"
+  panel_corpus=$(mktemp -d "${TMPDIR:-/tmp}/encore-fuzz-panel.XXXXXX")
+  # Seed: the header of a real panel file (a tiny Q8_0 model opened with --mmap).
+  build/bin/encore synth --preset tiny --type Q8_0 -o "$panel_corpus/m.gguf" >/dev/null 2>&1
+  XDG_CACHE_HOME="$panel_corpus/cache" build/bin/encore run -m "$panel_corpus/m.gguf" --mmap \
+    -p a -n 1 >/dev/null 2>&1
+  for f in "$panel_corpus"/cache/encore/panels/*.panels; do head -c 8192 "$f" >"$panel_corpus/seed"; done
+  rm -r "$panel_corpus/m.gguf" "$panel_corpus/cache"
+  build-fuzz/bin/fuzz_panel_file -max_total_time=$((fuzz_seconds / 4)) -max_len=16384 -timeout=10 \
+    -rss_limit_mb=2048 -artifact_prefix="$panel_corpus/" "$panel_corpus"
 fi
 
 # ctest stops the script on any failure (set -e), so reaching here means all passed.

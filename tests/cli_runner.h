@@ -68,12 +68,15 @@ struct TempDir {
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
 
-inline CliResult run_encore(const std::vector<std::string>& args) {
+// `cache_home`: $XDG_CACHE_HOME of the run; "" = a private one per call, so
+// tests never write to the user's ~/.cache and never depend on what earlier
+// runs left there (the fingerprint and panel caches).
+inline CliResult run_encore(const std::vector<std::string>& args,
+                            const std::string& cache_home = "") {
   TempDir tmp;
-  // A private fingerprint cache: tests never write to the user's ~/.cache
-  // and never depend on what earlier runs left there.
   std::string cmd =
-      "XDG_CACHE_HOME=" + shell_quote(tmp.path.string()) + " " + shell_quote(ENCORE_BINARY);
+      "XDG_CACHE_HOME=" + shell_quote(cache_home.empty() ? tmp.path.string() : cache_home) + " " +
+      shell_quote(ENCORE_BINARY);
   for (const std::string& a : args) cmd += " " + shell_quote(a);
   cmd += " </dev/null 2>" + shell_quote(tmp.file("stderr"));
   CliResult r;

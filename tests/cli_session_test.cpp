@@ -6,6 +6,7 @@
 // lists, verifies, collects and removes what was saved.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -267,6 +268,45 @@ TEST_F(CliSession, ChatContinuesInAnotherProcessWithTheSameAnswers) {
   const Json more = run(Args{"-n", "6", "--session", "c"} + state(), &run_err);
   EXPECT_EQ(ids(more).size(), 6u) << run_err;
   EXPECT_NE(run_err.find("session continued"), std::string::npos) << run_err;
+}
+
+// --mmap keeps a quantised model's repacked weights in a panel cache file:
+// written by the first run, mapped by the next (the same text as reading the
+// weights into memory), listed by `cache ls`, and removed by `cache gc` once
+// its model has changed, not before.
+TEST(CliPanelCache, WrittenThenUsedListedAndCollected) {
+  TempDir dir;
+  const std::string cache = dir.file("cache"), model = dir.file("m.gguf");
+  ASSERT_EQ(run_encore({"synth", "--preset", "tiny", "--type", "Q8_0", "-o", model}).exit_code, 0);
+  const Args gen = Args{"run", "-m", model, "-p", "Once", "-n", "12", "--seed", "3"} + kSampling;
+  const CliResult in_memory = run_encore(gen, cache);
+  ASSERT_EQ(in_memory.exit_code, 0) << in_memory.err;
+  EXPECT_NE(in_memory.err.find("(memory)"), std::string::npos) << in_memory.err;
+  const CliResult first = run_encore(gen + Args{"--mmap"}, cache);
+  EXPECT_NE(first.err.find("(panel cache written)"), std::string::npos) << first.err;
+  const CliResult second = run_encore(gen + Args{"--mmap"}, cache);
+  EXPECT_NE(second.err.find("(panel cache hit)"), std::string::npos) << second.err;
+  EXPECT_EQ(first.out, in_memory.out);
+  EXPECT_EQ(second.out, in_memory.out);
+  const std::string panels = cache + "/encore/panels";
+  auto count = [&] {
+    int n = 0;
+    for (const auto& f : fs::directory_iterator(panels)) n += f.path().extension() == ".panels";
+    return n;
+  };
+  ASSERT_EQ(count(), 1);
+  const Args d = {"--state-dir", cache + "/encore"};
+  const CliResult ls = run_encore(Args{"cache", "ls"} + d, cache);
+  EXPECT_NE(ls.out.find("panels of " + fs::absolute(model).string()), std::string::npos) << ls.out;
+  EXPECT_NE(run_encore(Args{"cache", "gc"} + d, cache).out.find("removed 0 panel cache file(s)"),
+            std::string::npos);
+  EXPECT_EQ(count(), 1);
+  // The model rewritten (another mtime): its panel file is stale.
+  fs::last_write_time(model, fs::last_write_time(model) + std::chrono::seconds(5));
+  const CliResult gc = run_encore(Args{"cache", "gc"} + d, cache);
+  EXPECT_NE(gc.out.find("has changed"), std::string::npos) << gc.out;
+  EXPECT_NE(gc.out.find("removed 1 panel cache file(s)"), std::string::npos) << gc.out;
+  EXPECT_EQ(count(), 0);
 }
 
 TEST_F(CliSession, CacheListsVerifiesCollectsAndRemoves) {

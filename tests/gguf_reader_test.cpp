@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <stdexcept>
 
 #include "encore/gguf.h"
 #include "gguf_test_util.h"
@@ -179,6 +180,40 @@ TEST(GgufRoundTrip, LargeFileReadInPiecesEqualsTheMapping) {
   ASSERT_EQ(b.size(), n * 4);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0);
   EXPECT_EQ(a[a.size() - 1], static_cast<uint8_t>(((a.size() - 1) * 2654435761u) >> 13));
+}
+
+// release() gives back the whole pages inside a tensor: read into memory
+// they then read as zeros, mapped they are read from the file again; the
+// bytes around them (other tensors, the partial pages at the ends) stay.
+TEST(GgufRoundTrip, ReleasedTensorPagesAreGivenBack) {
+  test::TempDir dir;
+  const uint64_t n = 5 * 4096 / 4 + 7;  // F32 values: over 5 pages
+  const auto fill = [](uint8_t* dst, uint64_t bytes) {
+    for (uint64_t i = 0; i < bytes; ++i) dst[i] = static_cast<uint8_t>(1 + i % 251);
+  };
+  Writer w(32);
+  w.add_tensor("a", DType::F32, {n}, fill);
+  w.add_tensor("b", DType::F32, {n}, fill);
+  const std::string path = dir.file("r.gguf");
+  w.write(path);
+  for (LoadMode mode : {LoadMode::Read, LoadMode::Mmap}) {
+    File f = File::open(path, mode);
+    const std::span<const uint8_t> a = f.tensor("a").bytes(), b = f.tensor("b").bytes();
+    EXPECT_EQ(f.released_bytes(), 0u);
+    const uint64_t got = f.release(a);
+    EXPECT_GE(got, 3u * 4096);  // at least the 3 pages wholly inside either way
+    EXPECT_LE(got, a.size());
+    EXPECT_EQ(got % 4096, 0u);
+    EXPECT_EQ(f.released_bytes(), got);
+    size_t zeros = 0;
+    for (uint8_t v : a) zeros += v == 0;
+    EXPECT_EQ(zeros, mode == LoadMode::Read ? got : 0u);
+    EXPECT_EQ(a[0], 1);
+    EXPECT_EQ(a[a.size() - 1], 1 + (a.size() - 1) % 251);
+    for (uint64_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], 1 + i % 251) << i;
+    const std::vector<uint8_t> outside(8);
+    EXPECT_THROW(f.release(outside), std::logic_error);
+  }
 }
 
 TEST(GgufRoundTrip, EmptyFile) {

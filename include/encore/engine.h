@@ -62,6 +62,11 @@ struct EngineOptions {
   std::optional<Isa> isa;      // default: ENCORE_ISA, else the best the CPU has
   bool prefix_cache = true;
   std::string fingerprint_cache_dir;  // "" = fingerprint_cache_dir() (fingerprint.h)
+  // With mmap: the directory of panel cache files (src/model/panel_file.h),
+  // the repacked weights mapped read-only and shared by every process on
+  // the host; "" = util::cache_dir()/panels. Without a cache directory the
+  // panels are held in memory (and the log says so).
+  std::string panel_cache_dir;
   // A request without a seed gets derive_seed(seed_secret, tenant, prompt
   // ids) (seed.h): the same input, the same seed, unpredictable without the
   // secret. "" draws it from the OS instead. kMinSeedSecretBytes to
@@ -102,8 +107,8 @@ struct EngineOptions {
   // shares' sum under state_max_bytes and Redis' maxmemory.
   TenantShares tenant_shares;
   // One line per remark about persistent state (a record ignored and why, a
-  // Redis outage and its end). Called from the scheduler, writer and
-  // submitting threads: it must be thread-safe. Default: none.
+  // Redis outage and its end, a panel cache file not used or not written). Called from the
+  // scheduler, writer and submitting threads: it must be thread-safe. Default: none.
   std::function<void(std::string_view)> log;
 
   // Throws InvalidArgument naming the option.
@@ -132,6 +137,13 @@ struct EngineInfo {
   std::string system_fingerprint;
   NumericsSettings numerics;  // what the system fingerprint covers besides the model and build
   double load_seconds = 0;
+  // Where the repacked quantised weights live: "memory", "panel cache hit",
+  // "panel cache written" (both mapped from panel_file), or "" for a float
+  // model (nothing repacked).
+  std::string panels;
+  std::string panel_file;       // the panel cache file used, if any
+  uint64_t panel_bytes = 0;     // the repacked weights' size
+  uint64_t released_bytes = 0;  // bytes of the model file given back once repacked
 };
 
 // Counters since the engine started, and the pool's state now.
@@ -276,6 +288,10 @@ class Engine {
   friend BenchReport run_bench(Engine& engine, const BenchOptions& options);
 
   explicit Engine(std::unique_ptr<Impl> impl);
+  // open() over `file`; `owned` is the same File when the engine is its
+  // only user (it may then release the bytes it has repacked), else null.
+  static std::unique_ptr<Engine> open_file(std::shared_ptr<const gguf::File> file,
+                                           gguf::File* owned, const EngineOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

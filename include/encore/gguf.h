@@ -161,6 +161,18 @@ class File {
   const std::vector<KeyValue>& metadata() const;
   const std::vector<TensorInfo>& tensors() const;
 
+  // Gives the memory behind `bytes` (a part of the image, e.g. a tensor's
+  // data) back to the OS, for an owner that holds its own copy of them (the
+  // engine's repacked weights): the whole pages inside are dropped
+  // (madvise). Afterwards those bytes read as zeros (LoadMode::Read) or are
+  // read from the file again on use (Mmap): whoever calls this must be the
+  // only user of the File, and no one may read those bytes as weights again.
+  // Returns the bytes given back (page-aligned inside `bytes`; 0 where the
+  // OS refused). Throws std::logic_error if `bytes` is not in the image.
+  // Not thread-safe: no reader of the File may run meanwhile.
+  uint64_t release(std::span<const uint8_t> bytes);
+  uint64_t released_bytes() const;  // the sum of release()'s results
+
   // nullptr if absent.
   const Value* find(std::string_view key) const;
   const TensorInfo* find_tensor(std::string_view name) const;

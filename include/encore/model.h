@@ -8,19 +8,23 @@
 // Ownership: a Model's weights are views into the gguf::File it was loaded
 // from; the File must outlive the Model (and every ForwardContext on it).
 // Norm vectors are copied, and repack_weights() adds a repacked copy of the
-// quantised matrices (owned by the Model, about the size of those tensors).
-// Thread-safety: a Model is immutable after load() and repack_weights(); any
+// quantised matrices (owned by the Model, about the size of those tensors;
+// the File's copy may then be released).
+// Thread-safety: a Model is immutable after load() and repack_weights() or
+// adopt_panels(); any
 // number of ForwardContexts on any threads may then share it. A
 // ForwardContext is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "encore/dtype.h"
 #include "encore/isa.h"
 #include "encore/kv_cache.h"
 
@@ -33,7 +37,8 @@ class ThreadPool;
 struct ModelWeights;  // src/model/weights.h
 namespace kernels {
 struct MatmulScratch;  // src/kernels/matmul.h
-}
+struct WeightView;     // src/kernels/matmul.h
+}  // namespace kernels
 
 // How rotary embeddings pair up the dimensions of a head.
 enum class RopeLayout {
@@ -78,11 +83,36 @@ class Model {
   // the token embeddings, unless they are the tied output head) into row
   // panels (src/kernels/panel.h), owned by the Model. Without it every
   // matmul repacks its weights on the fly: the same bits, much slower.
-  // Cost: reads those weights once and holds a copy of the same size beside
-  // the File's; runs on `pool` (not concurrently with other work on it).
-  // Call once, before any ForwardContext uses the Model.
-  void repack_weights(ThreadPool& pool);
-  // Bytes of the repacked copies (0 before repack_weights or for float models).
+  // `release`, if given, is called on this thread with each matrix's bytes
+  // in the File once its panels are written, except bytes the forward pass
+  // still reads (the token embeddings, when they are the tied output head):
+  // an owner that is the File's only user lets the File give them back
+  // (gguf::File::release), so the weights are held once, not twice (at the
+  // peak of loading: once, plus one matrix).
+  // Cost: reads those weights once and writes panels of about their size;
+  // runs on `pool` (not concurrently with other work on it). Call once,
+  // before any ForwardContext uses the Model; a second call does nothing.
+  void repack_weights(ThreadPool& pool,
+                      const std::function<void(std::span<const uint8_t>)>& release = {});
+  // Where each matrix repack_weights repacks sits in its block of panels:
+  // the plain data a panel cache file (src/model/panel_file.h) records.
+  struct PanelMatrix {
+    DType type = DType::F32;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    size_t offset = 0;  // from the block's start, a multiple of 64
+    size_t bytes = 0;   // kernels::repacked_bytes(type, rows, cols)
+  };
+  std::vector<PanelMatrix> panel_layout() const;
+  size_t panel_block_bytes() const;  // the block's size (0 for float models)
+  // Uses `block` ([panel_block_bytes()] laid out as panel_layout() says,
+  // e.g. a mapped panel cache file) as the panels, instead of repacking or
+  // in place of what repack_weights made. Call before any ForwardContext
+  // uses the Model. Throws std::logic_error if `bytes` is not the block's size.
+  void adopt_panels(std::shared_ptr<const uint8_t> block, size_t bytes);
+  // The panels in use ([repacked_bytes()]; nullptr before repack_weights or
+  // adopt_panels, or for float models), and their size.
+  const uint8_t* panels() const { return repacked_.get(); }
   size_t repacked_bytes() const { return repacked_bytes_; }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -107,7 +137,9 @@ class Model {
   HParams hparams_;
   std::string path_;
   std::unique_ptr<ModelWeights> weights_;
-  std::shared_ptr<uint8_t> repacked_;  // [repacked_bytes_] the panels of every matrix (mmap'd)
+  std::vector<kernels::WeightView*> panel_views();  // what repack_weights repacks, in order
+  std::shared_ptr<const uint8_t>
+      repacked_;  // [repacked_bytes_] the panels of every matrix (mmap'd)
   size_t repacked_bytes_ = 0;
 };
 

@@ -158,9 +158,10 @@ void run_bench(const BenchArgs& a) {
   const EngineInfo& info = engine->info();
   const BenchOptions& o = a.bench;
   if (!a.json) {
-    fmt::print(stderr, "bench: {} ({}, loaded in {:.0f} ms), {} threads, {} kernels, KV {}\n",
-               model, info.mmap ? "mmap" : "read into memory", info.load_seconds * 1e3,
-               info.threads, isa_name(info.isa), dtype_name(info.kv_type));
+    fmt::print(stderr, "bench: {} ({}{}, loaded in {:.0f} ms), {} threads, {} kernels, KV {}\n",
+               model, info.mmap ? "mmap" : "read into memory",
+               info.panels.empty() ? "" : ", weights repacked in " + info.panels,
+               info.load_seconds * 1e3, info.threads, isa_name(info.isa), dtype_name(info.kv_type));
   }
   const BenchReport r = encore::run_bench(*engine, o);
   if (a.json) {
@@ -170,6 +171,7 @@ void run_bench(const BenchArgs& a) {
     j["isa"] = isa_name(info.isa);
     j["kv_type"] = dtype_name(info.kv_type);
     j["mmap"] = info.mmap;
+    j["panels"] = info.panels;
     j["load_ms"] = r.load_ms;
     j["prefill_tokens"] = o.n_prompt;
     j["prefill_tok_s"] = r.prefill_tok_s;

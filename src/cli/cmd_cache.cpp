@@ -3,6 +3,7 @@
 // --redis, lists the Redis keys too. Reads no model.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,6 +11,8 @@
 #include "cli/commands.h"
 #include "encore/error.h"
 #include "encore/store.h"
+#include "model/panel_file.h"
+#include "util/text.h"
 
 namespace encore::cli {
 namespace {
@@ -28,6 +31,10 @@ std::string state_dir_of(const CacheArgs& a) {
   if (dir.empty()) throw InvalidArgument("no state directory: give --state-dir (or set HOME)");
   return dir;
 }
+
+// The panel cache files (src/model/panel_file.h) sit in the panels folder
+// of the cache directory.
+std::string panel_dir_of(const CacheArgs& a) { return state_dir_of(a) + "/panels"; }
 
 std::string age(int64_t ms) {
   const int64_t s = ms / 1000;
@@ -89,6 +96,18 @@ void ls(const CacheArgs& a, bool verify) {
                  r.ttl_ms < 0 ? "-" : age(r.ttl_ms), r.key);
     }
   }
+  if (a.tenant.empty() && a.name.empty()) {  // shared by every tenant: not a record
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(panel_dir_of(a), ec)) {
+      if (f.path().extension() != ".panels") continue;
+      std::string why;
+      const auto h = read_panel_file_header(f.path().string(), &why);
+      std::error_code e2;
+      fmt::print("{:<10} {:>9} {:>6} {:>7}  {:<12} {:<16} panels of {}\n", h ? "ok" : "damaged",
+                 f.file_size(e2), "-", "-", f.path().filename().string().substr(0, 12), "(all)",
+                 h ? util::printable(h->origin.model_path) : why);
+    }
+  }
   if (verify) {
     fmt::print(stderr, "verify: {} record(s) would not load\n", bad);
     if (bad > 0)
@@ -139,6 +158,9 @@ void gc(const CacheArgs& a) {
       collect_disk_garbage(state_dir_of(a), static_cast<uint64_t>(a.max_mib * 1048576.0),
                            /*verify=*/true);
   fmt::print("removed {} file(s), {:.1f} MiB\n", g.removed, g.bytes_freed / 1048576.0);
+  const auto panels = collect_panel_garbage(panel_dir_of(a), /*dry_run=*/false);
+  for (const auto& [path, why] : panels) fmt::print("removed {}: {}\n", path, why);
+  fmt::print("removed {} panel cache file(s)\n", panels.size());
 }
 
 void stats(const CacheArgs& a) {
@@ -223,7 +245,9 @@ void add_cache_command(CLI::App& app) {
   s_rm->add_flag("--all", args->all, "Every record");
   s_rm->callback([args] { rm(*args); });
   CLI::App* s_gc = cache->add_subcommand(
-      "gc", "Remove expired, damaged and interrupted records, and the least used over the cap");
+      "gc",
+      "Remove expired, damaged and interrupted records, the least used over the cap, and "
+      "panel cache files (--mmap) whose model is gone or changed");
   common(s_gc, false);
   s_gc->add_option("--max-mib", args->max_mib, "Size cap in MiB")->check(CLI::Range(0.0, 1e9));
   s_gc->callback([args] { gc(*args); });

@@ -231,10 +231,14 @@ void run_generate(const RunArgs& a) {
   }
   fmt::print(
       stderr,
-      "load: {:.1f} ms ({}, {} threads, {} kernels, context {}, prefill batch {}, KV {} "
+      "load: {:.1f} ms ({}{}, {} threads, {} kernels, context {}, prefill batch {}, KV {} "
       "{:.1f} MiB in {} blocks)\n",
-      info.load_seconds * 1e3, info.mmap ? "mmap" : "read into memory", info.threads,
-      isa_name(info.isa), info.n_ctx, info.batch_tokens, dtype_name(info.kv_type),
+      info.load_seconds * 1e3, info.mmap ? "mmap" : "read into memory",
+      info.panels.empty()
+          ? ""
+          : fmt::format(", repacked weights {:.1f} MiB ({})",
+                        static_cast<double>(info.panel_bytes) / 1048576.0, info.panels),
+      info.threads, isa_name(info.isa), info.n_ctx, info.batch_tokens, dtype_name(info.kv_type),
       static_cast<double>(info.kv_blocks) * static_cast<double>(info.kv_block_bytes) / 1048576.0,
       info.kv_blocks);
 

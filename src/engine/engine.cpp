@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <limits>
 #include <sstream>
@@ -14,8 +16,10 @@
 #include "encore/chat_template.h"
 #include "encore/error.h"
 #include "encore/fingerprint.h"
+#include "encore/gguf.h"
 #include "encore/seed.h"
 #include "engine/engine_impl.h"
+#include "model/panel_file.h"
 #include "util/text.h"
 
 namespace encore {
@@ -135,13 +139,55 @@ void EngineOptions::validate() const {
 std::unique_ptr<Engine> Engine::open(const EngineOptions& options) {
   options.validate();
   const auto start = std::chrono::steady_clock::now();
-  auto file = std::make_shared<const gguf::File>(gguf::File::open(
+  auto file = std::make_shared<gguf::File>(gguf::File::open(
       options.model_path, options.mmap ? gguf::LoadMode::Mmap : gguf::LoadMode::Read));
   const double read_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::unique_ptr<Engine> engine = open(std::move(file), options);
+  gguf::File* owned = file.get();
+  std::unique_ptr<Engine> engine = open_file(std::move(file), owned, options);
   engine->impl_->info.load_seconds += read_seconds;  // the thread never writes info
   return engine;
+}
+
+// The model's quantised matrices repacked into panels (src/kernels/panel.h):
+// with mmap, mapped from the panel cache file that the host's processes
+// share; else in memory. An engine that is its File's only user releases the
+// file's copy of what it repacked, so the weights are held once.
+void open_weights(Engine::Impl& m, const std::string& model_fp, gguf::File* owned) {
+  EngineInfo& info = m.info;
+  std::function<void(std::span<const uint8_t>)> release;
+  if (owned != nullptr) release = [owned](std::span<const uint8_t> b) { owned->release(b); };
+  const auto say = [&m](const std::string& line) {
+    if (m.options.log) m.options.log(line);
+  };
+  const std::string dir =
+      m.options.panel_cache_dir.empty() ? default_panel_cache_dir() : m.options.panel_cache_dir;
+  const std::optional<gguf::FileStamp>& stamp = m.file->stamp();
+  if (m.file->load_mode() == gguf::LoadMode::Mmap && m.model->panel_block_bytes() > 0) {
+    std::error_code ec;
+    const std::string abs_path = std::filesystem::absolute(m.file->path(), ec).string();
+    if (dir.empty() || !stamp || ec) {
+      say(fmt::format("{}: no panel cache ({}): the repacked weights are held in memory",
+                      m.file->path(),
+                      dir.empty() ? "no cache directory: set XDG_CACHE_HOME or HOME"
+                                  : "the model file has no stable identity"));
+      m.model->repack_weights(*m.threads, release);
+    } else {
+      const PanelFileOrigin origin{model_fp, abs_path, stamp->size, stamp->mtime_ns};
+      const std::string path = dir + "/" + panel_file_name(model_fp);
+      const PanelCacheUse use = use_panel_cache(*m.model, *m.threads, path, origin, release);
+      if (!use.problem.empty()) say(use.problem);
+      if (use.hit || use.written) {
+        info.panels = use.hit ? "panel cache hit" : "panel cache written";
+        info.panel_file = path;
+      }
+    }
+  } else {
+    m.model->repack_weights(*m.threads, release);
+  }
+  if (info.panels.empty() && m.model->repacked_bytes() > 0) info.panels = "memory";
+  info.panel_bytes = m.model->repacked_bytes();
+  info.released_bytes = owned != nullptr ? owned->released_bytes() : 0;
 }
 
 // The Jinja chat template: --chat-template-file's text, else the model's.
@@ -176,6 +222,11 @@ void open_chat_template(Engine::Impl& m, const std::string& name) {
 
 std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
                                      const EngineOptions& options) {
+  return open_file(std::move(file), nullptr, options);
+}
+
+std::unique_ptr<Engine> Engine::open_file(std::shared_ptr<const gguf::File> file, gguf::File* owned,
+                                          const EngineOptions& options) {
   options.validate();
   const auto start = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
@@ -196,10 +247,13 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
   if (n_ctx < 1) throw ModelError(fmt::format("{}: the model's context length is 0", name));
   m.threads =
       std::make_unique<ThreadPool>(options.threads > 0 ? options.threads : default_threads());
-  m.model->repack_weights(*m.threads);
+  // The fingerprint first: it reads every tensor, and repacking may release
+  // the file's copy of the matrices.
   bool fp_cached = false;
   const std::string model_fp =
       model_fingerprint_cached(*m.file, *m.threads, &fp_cached, options.fingerprint_cache_dir);
+  EngineInfo& info = m.info;
+  open_weights(m, model_fp, owned);
   const KvLayout layout = kv_layout_for(hp, options.kv_type);
   uint64_t kv_bytes = options.kv_bytes;
   if (kv_bytes == 0) {
@@ -221,7 +275,6 @@ std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
     m.max_token_bytes = std::max<uint64_t>(m.max_token_bytes, t.size());
   }
 
-  EngineInfo& info = m.info;
   info.model_path = name;
   info.arch = hp.arch;
   info.n_vocab = hp.n_vocab;

@@ -85,6 +85,18 @@ class Storage {
   uint8_t* writable() { return const_cast<uint8_t*>(data_); }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
 
+  // Gives the whole pages inside [b, e) (offsets into the image) back to
+  // the OS; returns their bytes. MADV_DONTNEED on private pages: the heap
+  // image's read as zeros afterwards, a mapping's fault in from the file.
+  uint64_t release(uint64_t b, uint64_t e) {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const auto base = reinterpret_cast<uintptr_t>(data_);
+    const uint64_t pb = (base + b + page - 1) / page * page, pe = (base + e) / page * page;
+    if (pe <= pb) return 0;
+    if (::madvise(reinterpret_cast<void*>(pb), pe - pb, MADV_DONTNEED) != 0) return 0;
+    return pe - pb;
+  }
+
  private:
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
@@ -173,6 +185,7 @@ struct File::Impl {
   std::optional<FileStamp> stamp;
   std::unique_ptr<Storage> storage;
   detail::Parsed parsed;
+  uint64_t released = 0;  // bytes given back by release()
 
   static std::unique_ptr<Impl> make(std::string path, LoadMode mode, std::optional<FileStamp> stamp,
                                     std::unique_ptr<Storage> storage) {
@@ -307,6 +320,20 @@ uint64_t File::data_section_offset() const { return impl_->parsed.data_offset; }
 LoadMode File::load_mode() const { return impl_->mode; }
 const std::optional<FileStamp>& File::stamp() const { return impl_->stamp; }
 const std::vector<KeyValue>& File::metadata() const { return impl_->parsed.kv; }
+uint64_t File::released_bytes() const { return impl_->released; }
+
+uint64_t File::release(std::span<const uint8_t> bytes) {
+  const std::span<const uint8_t> image = impl_->storage->bytes();
+  if (bytes.empty()) return 0;
+  const uint8_t* lo = image.data();
+  if (bytes.data() < lo || bytes.data() + bytes.size() > lo + image.size()) {
+    throw std::logic_error(fmt::format("{}: release() of bytes outside the file", impl_->path));
+  }
+  const auto b = static_cast<uint64_t>(bytes.data() - lo);
+  const uint64_t n = impl_->storage->release(b, b + bytes.size());
+  impl_->released += n;
+  return n;
+}
 const std::vector<TensorInfo>& File::tensors() const { return impl_->parsed.tensors; }
 
 const Value* File::find(std::string_view key) const {

@@ -18,6 +18,7 @@
 #include "encore/error.h"
 #include "encore/thread_pool.h"
 #include "gguf/internal.h"
+#include "util/temp_file.h"
 #include "util/text.h"
 
 namespace encore {
@@ -104,7 +105,7 @@ void write_cache_entry(const std::filesystem::path& entry, const std::string& ab
   std::filesystem::create_directories(entry.parent_path(), ec);
   if (ec) return;
   try {
-    gguf::detail::TempFile out(entry.string());
+    util::TempFile out(entry.string());
     out.write(fmt::format("{}\npath {}\n{}\nfingerprint {}\n", kCacheHeader, abs_path,
                           stamp_line(stamp), fp));
     out.commit();

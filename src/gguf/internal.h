@@ -1,8 +1,7 @@
 // Internals shared by the GGUF reader, writer and fingerprint: format limits,
-// the canonical GGUF encoding of values, the parsed form of a file and the
-// atomic file write.
-// Not part of the public API. Pure functions and plain data (thread-safe),
-// except TempFile (one owner, not thread-safe).
+// the canonical GGUF encoding of values and the parsed form of a file (their
+// atomic file write is util/temp_file.h).
+// Not part of the public API. Pure functions and plain data (thread-safe).
 #pragma once
 
 #include <cstdint>
@@ -114,29 +113,5 @@ struct Parsed {
 // Parses and validates `image` (the whole file). `name` is the path used in
 // messages. Throws GgufError.
 Parsed parse(std::span<const uint8_t> image, const std::string& name);
-
-// A file written under a temporary name next to `dest` and renamed over it
-// by commit() after an fsync, so that `dest` always holds either its old or
-// its complete new content; the temporary file is removed unless commit()
-// succeeded. Used by the Writer and the fingerprint cache.
-// Ownership: owns the descriptor and the temporary file. Not thread-safe.
-// Throws encore::Error (naming the file and the errno text) on I/O failure.
-class TempFile {
- public:
-  explicit TempFile(const std::string& dest);
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile();
-
-  void write(const uint8_t* p, uint64_t n);
-  void write(std::string_view s) { write(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
-  void commit();
-
- private:
-  std::string dest_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 }  // namespace encore::gguf::detail

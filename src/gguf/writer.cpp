@@ -7,6 +7,7 @@
 
 #include "encore/gguf.h"
 #include "gguf/internal.h"
+#include "util/temp_file.h"
 #include "util/text.h"
 
 namespace encore::gguf {
@@ -154,7 +155,7 @@ void Writer::write(const std::string& path) const {
   std::vector<uint8_t> buffer(max_produced);  // reused by every producer
   const std::vector<uint8_t> zeros(alignment_, 0);
 
-  detail::TempFile file(path);
+  util::TempFile file(path);
   file.write(header.data(), header.size());
   uint64_t pos = 0;  // within the data section
   for (size_t k = 0; k < tensors_.size(); ++k) {

@@ -280,6 +280,8 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
 
 bool matmul_uses_int8(DType t) { return mm::is_int_type(t); }
 
+int64_t panel_count(int64_t rows) { return mm::panel_count(rows); }
+
 size_t repacked_bytes(DType t, int64_t rows, int64_t cols) {
   if (!mm::is_int_type(t)) return 0;
   return static_cast<size_t>(mm::panel_count(rows)) * mm::panel_bytes(t, cols);

@@ -31,6 +31,11 @@ namespace encore::kernels {
 // chain per output, lanes across rows of repacked panels (quantised types).
 inline constexpr int kCanonicalOrder = 2;
 
+// The version of the byte layout of repacked panels (panel.h): the key of
+// files that hold them (src/model/panel_file.h). A new layout with the same
+// numerics changes this, not kCanonicalOrder.
+inline constexpr int kPanelLayout = 1;
+
 // Below this many multiply-adds a job is cheaper to run on the calling thread
 // than to hand out (waking workers costs microseconds). Only speed depends on
 // it: the split never changes results.
@@ -98,6 +103,8 @@ size_t repacked_bytes(DType t, int64_t rows, int64_t cols);
 // Repacks w (an integer type) into dst: [repacked_bytes(...)], panels
 // [p_begin, p_end) only (so a caller can split the work across threads).
 void repack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end);
+// The panels of a matrix of `rows` rows (the last one padded).
+int64_t panel_count(int64_t rows);
 
 // Dequantises row `row` of `w` into out: [w.cols]. Used for embedding lookup.
 void get_row(const WeightView& w, int64_t row, float* out);

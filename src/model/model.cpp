@@ -14,6 +14,7 @@
 #include "encore/gguf.h"
 #include "encore/model.h"
 #include "encore/thread_pool.h"
+#include "kernels/panel.h"
 #include "model/loader.h"
 #include "model/weights.h"
 #include "util/text.h"
@@ -48,21 +49,57 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
   return std::unique_ptr<Model>(new Model(std::move(hp), file.path(), std::move(weights)));
 }
 
-void Model::repack_weights(ThreadPool& pool) {
-  if (repacked_ != nullptr) return;  // once: views in use must not move
+std::vector<kernels::WeightView*> Model::panel_views() {
   std::vector<kernels::WeightView*> views;
   for (LayerWeights& l : weights_->layers) {
     for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      views.push_back(v);
+      if (kernels::repacked_bytes(v->type, v->rows, v->cols) > 0) views.push_back(v);
     }
   }
-  views.push_back(&weights_->output);
+  kernels::WeightView& out = weights_->output;
+  if (kernels::repacked_bytes(out.type, out.rows, out.cols) > 0) views.push_back(&out);
+  return views;
+}
+
+std::vector<Model::PanelMatrix> Model::panel_layout() const {
+  std::vector<PanelMatrix> layout;
+  size_t offset = 0;
   // Each matrix's panels start on a 64-byte boundary (a cache line).
-  auto aligned = [](size_t n) { return (n + 63) / 64 * 64; };
-  size_t total = 0;
-  for (const kernels::WeightView* v : views) {
-    total += aligned(kernels::repacked_bytes(v->type, v->rows, v->cols));
+  for (const kernels::WeightView* v : const_cast<Model*>(this)->panel_views()) {
+    PanelMatrix p;
+    p.type = v->type;
+    p.rows = v->rows;
+    p.cols = v->cols;
+    p.offset = offset;
+    p.bytes = kernels::repacked_bytes(v->type, v->rows, v->cols);
+    offset += (p.bytes + 63) / 64 * 64;
+    layout.push_back(p);
   }
+  return layout;
+}
+
+size_t Model::panel_block_bytes() const {
+  const std::vector<PanelMatrix> layout = panel_layout();
+  return layout.empty() ? 0 : layout.back().offset + (layout.back().bytes + 63) / 64 * 64;
+}
+
+void Model::adopt_panels(std::shared_ptr<const uint8_t> block, size_t bytes) {
+  const size_t want = panel_block_bytes();
+  if (bytes != want || (want > 0 && block == nullptr)) {
+    throw std::logic_error(
+        fmt::format("{}: a block of {} bytes of panels, expected {}", path_, bytes, want));
+  }
+  const std::vector<PanelMatrix> layout = panel_layout();
+  const std::vector<kernels::WeightView*> views = panel_views();
+  for (size_t i = 0; i < views.size(); ++i) views[i]->panels = block.get() + layout[i].offset;
+  repacked_ = std::move(block);
+  repacked_bytes_ = bytes;
+}
+
+void Model::repack_weights(ThreadPool& pool,
+                           const std::function<void(std::span<const uint8_t>)>& release) {
+  if (repacked_ != nullptr) return;  // once: views in use must not move
+  const size_t total = panel_block_bytes();
   if (total == 0) return;
   // Anonymous pages, in huge pages where the kernel allows: the first touch
   // of ~1 GB in 4 KiB pages was most of the load time (page faults and the
@@ -73,19 +110,21 @@ void Model::repack_weights(ThreadPool& pool) {
                                  total >> 20, std::strerror(errno)));
   }
   ::madvise(mem, total, MADV_HUGEPAGE);  // advice only: without it, 4 KiB pages
-  repacked_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(mem),
-                                       [total](uint8_t* p) { ::munmap(p, total); });
-  repacked_bytes_ = total;
-  uint8_t* dst = repacked_.get();
-  for (kernels::WeightView* v : views) {
-    const size_t n = kernels::repacked_bytes(v->type, v->rows, v->cols);
-    if (n == 0) continue;
-    const int64_t n_panels = (v->rows + 15) / 16;
-    pool.parallel_for(
-        n_panels, [&](int64_t p0, int64_t p1, int) { kernels::repack_panels(*v, dst, p0, p1); });
-    v->panels = dst;
-    dst += aligned(n);
+  std::shared_ptr<const uint8_t> block(static_cast<uint8_t*>(mem), [total](const uint8_t* p) {
+    ::munmap(const_cast<uint8_t*>(p), total);
+  });
+  const std::vector<PanelMatrix> layout = panel_layout();
+  const std::vector<kernels::WeightView*> views = panel_views();
+  const uint8_t* embd = weights_->token_embd.data;
+  for (size_t i = 0; i < views.size(); ++i) {
+    const kernels::WeightView& v = *views[i];
+    uint8_t* dst = static_cast<uint8_t*>(mem) + layout[i].offset;
+    pool.parallel_for(kernels::panel_count(v.rows),
+                      [&](int64_t p0, int64_t p1, int) { kernels::repack_panels(v, dst, p0, p1); });
+    // The tied output head's bytes are the embeddings, which stay in use.
+    if (release && v.data != embd) release({v.data, static_cast<size_t>(v.rows) * v.row_bytes});
   }
+  adopt_panels(std::move(block), total);
 }
 
 KvLayout kv_layout_for(const HParams& hparams, DType kv_type, int block_tokens) {

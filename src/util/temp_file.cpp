@@ -1,5 +1,4 @@
-// detail::TempFile: the atomic file write shared by gguf::Writer and the
-// fingerprint cache (see internal.h).
+// util::TempFile (temp_file.h).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -8,11 +7,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <random>
+#include <system_error>
 
 #include "encore/error.h"
-#include "gguf/internal.h"
+#include "util/temp_file.h"
 
-namespace encore::gguf::detail {
+namespace encore::util {
+namespace {
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+}  // namespace
 
 TempFile::TempFile(const std::string& dest) : dest_(dest) {
   std::random_device rd;
@@ -62,4 +67,4 @@ void TempFile::commit() {
   committed_ = true;
 }
 
-}  // namespace encore::gguf::detail
+}  // namespace encore::util
