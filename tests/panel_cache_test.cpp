@@ -4,12 +4,14 @@
 // again, and logged); read into memory, the model file's copy of what was
 // repacked is given back. Each way gives the same bits as every other.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -165,10 +167,16 @@ TEST_F(PanelCache, DamagedTruncatedOrForeignFilesAreWrittenAgain) {
       {"truncated", good.substr(0, good.size() - 4096), "sizes"},
       {"empty", "", "not a panel file"},
       {"another model's", bytes_of(other), "of another model"},
+      {"a FIFO", "", "not a regular file"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    write_bytes(path, c.bytes);
+    fs::remove(path);
+    if (c.name == "a FIFO") {
+      ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);  // must not hang the open
+    } else {
+      write_bytes(path, c.bytes);
+    }
     auto e = open(true);
     EXPECT_EQ(e->info().panels, "panel cache written");
     const std::string log = logged();
@@ -201,15 +209,25 @@ TEST_F(PanelCache, AnEngineOwningItsFileGivesBackWhatItRepacked) {
   const auto shared = std::make_shared<const gguf::File>(gguf::File::open(model()));
   EngineOptions o = options(false, "");
   auto kept = Engine::open(shared, o);
-  EXPECT_EQ(kept->info().released_bytes, 0u);
+  EXPECT_EQ(shared->released_bytes(), 0u);
   EXPECT_EQ(kept->info().panels, "memory");
-  auto owned = open(false);
+  // A fresh fingerprint cache: the owner hashes the model before giving
+  // anything back (else the fingerprint would be of zeros).
+  o = options(false, model());
+  o.fingerprint_cache_dir = tmp_.file("fp-owned");
+  auto owned = Engine::open(o);
+  EXPECT_EQ(owned->info().model_fingerprint, kept->info().model_fingerprint);
+  EXPECT_FALSE(owned->info().model_fingerprint_cached);
   const uint64_t embd = shared->tensor("token_embd.weight").n_bytes;
   // Every matrix but the tied head, less a partial page at each end.
   const uint64_t repacked_source = shared->file_size() - embd;
   EXPECT_GT(owned->info().released_bytes, 0u);
   EXPECT_LT(owned->info().released_bytes, repacked_source);
   EXPECT_TRUE(same_output(generate(*kept), generate(*owned)));
+  // A File that gave bytes back is never shared with another engine.
+  auto file = std::make_shared<gguf::File>(gguf::File::open(model()));
+  file->release(file->tensor("blk.0.attn_q.weight").bytes());
+  EXPECT_THROW(Engine::open(file, o), std::logic_error);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -25,35 +26,78 @@ TEST(ThreadPool, RejectsBadThreadCounts) {
 }
 
 TEST(ThreadPool, CoversRangeOnceWithStaticContiguousChunks) {
-  for (int threads : {1, 2, 3, 4, 7}) {
+  for (auto [threads, per_thread] :
+       {std::pair{1, 1}, {2, 1}, {3, 1}, {4, 1}, {7, 1}, {2, 4}, {3, 5}, {2, 100000}}) {
     ThreadPool pool(threads);
     EXPECT_EQ(pool.size(), threads);
-    for (int64_t n : {1, 2, 3, 5, 16, 100, 1001}) {
+    // chunks_per_thread is clamped to kMaxChunks in all (not for 1 thread:
+    // that runs [0, n) on the caller in one piece).
+    const int n_chunks =
+        threads == 1 ? 1 : threads * std::min(per_thread, ThreadPool::kMaxChunks / threads);
+    for (int64_t n : {1, 2, 3, 5, 16, 100, 1001, 20000}) {
       std::vector<int> hits(static_cast<size_t>(n), 0);
       std::mutex mu;
       std::set<std::pair<int64_t, int64_t>> chunks;
-      pool.parallel_for(n, [&](int64_t begin, int64_t end, int thread) {
-        ASSERT_LT(begin, end);  // empty chunks are skipped
-        ASSERT_GE(thread, 0);
-        ASSERT_LT(thread, threads);
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          chunks.insert({begin, end});
-        }
-        for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
-      });
+      pool.parallel_for(
+          n,
+          [&](int64_t begin, int64_t end, int thread) {
+            ASSERT_LT(begin, end);  // empty chunks are skipped
+            ASSERT_GE(thread, 0);
+            ASSERT_LT(thread, threads);
+            {
+              std::lock_guard<std::mutex> lock(mu);
+              chunks.insert({begin, end});
+            }
+            for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+          },
+          per_thread);
       for (int64_t i = 0; i < n; ++i) {
         EXPECT_EQ(hits[static_cast<size_t>(i)], 1) << "n=" << n << " i=" << i;
       }
-      // Exactly the documented split: chunk c = [n*c/T, n*(c+1)/T), non-empty ones.
+      // Exactly the documented split: chunk c = [n*c/N, n*(c+1)/N), non-empty ones.
       std::set<std::pair<int64_t, int64_t>> want;
-      for (int c = 0; c < threads; ++c) {
-        const int64_t b = n * c / threads, e = n * (c + 1) / threads;
+      for (int c = 0; c < n_chunks; ++c) {
+        const int64_t b = n * c / n_chunks, e = n * (c + 1) / n_chunks;
         if (b < e) want.insert({b, e});
       }
       EXPECT_EQ(chunks, want) << "n=" << n << " threads=" << threads;
     }
   }
+}
+
+// With several chunks per thread, a thread held up in one chunk leaves the
+// others to whoever is free: here the chunk that blocks waits until every
+// other chunk is done, which only another thread can do. With one chunk per
+// thread the other thread would have a single chunk, and the wait would end
+// on its timeout with chunks left over.
+TEST(ThreadPool, AThreadHeldUpLeavesItsShareToTheOthers) {
+  ThreadPool pool(2);
+  constexpr int kPerThread = 4;
+  std::atomic<int> done{0};
+  std::atomic<bool> first{true};
+  std::atomic<int> blocked_thread{-1};
+  std::mutex mu;
+  std::map<int, int> chunks_by_thread;
+  pool.parallel_for(
+      80,
+      [&](int64_t, int64_t, int thread) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++chunks_by_thread[thread];
+        }
+        if (first.exchange(false)) {
+          blocked_thread = thread;
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (done.load() < 2 * kPerThread - 1 && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }
+        ++done;
+      },
+      kPerThread);
+  EXPECT_EQ(done.load(), 2 * kPerThread);
+  EXPECT_EQ(chunks_by_thread[blocked_thread.load()], 1);
+  EXPECT_EQ(chunks_by_thread[1 - blocked_thread.load()], 2 * kPerThread - 1);
 }
 
 TEST(ThreadPool, ThreadIndexIdentifiesTheExecutingThread) {

@@ -237,9 +237,12 @@ class Engine {
   // Opens options.model_path. Throws GgufError / ModelError for a bad file,
   // InvalidArgument for bad options, ResourceExhausted when the KV pool cannot
   // be allocated.
+  // The engine is its File's only user: read into memory, the file's bytes
+  // of the matrices it repacks are given back (gguf::File::release).
   static std::unique_ptr<Engine> open(const EngineOptions& options);
   // The same over a File already open (tests, in-memory models); shared with
-  // the caller.
+  // the caller, so nothing of it is given back. Throws std::logic_error for
+  // a File that has given bytes back (released_bytes() > 0).
   static std::unique_ptr<Engine> open(std::shared_ptr<const gguf::File> file,
                                       const EngineOptions& options);
   ~Engine();

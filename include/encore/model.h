@@ -137,7 +137,9 @@ class Model {
   HParams hparams_;
   std::string path_;
   std::unique_ptr<ModelWeights> weights_;
-  std::vector<kernels::WeightView*> panel_views();  // what repack_weights repacks, in order
+  // What repack_weights repacks, in order (views of weights_, which a const
+  // Model does not make const: only repack and adopt write through them).
+  std::vector<kernels::WeightView*> panel_views() const;
   std::shared_ptr<const uint8_t>
       repacked_;  // [repacked_bytes_] the panels of every matrix (mmap'd)
   size_t repacked_bytes_ = 0;

@@ -42,14 +42,19 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Splits [0, n) statically into size() contiguous chunks, chunk c =
-  // [n*c/size(), n*(c+1)/size()); empty chunks are skipped. The split depends
-  // only on n and size(); which thread runs a chunk does not, so fn's results
-  // must depend only on [begin, end) (use `thread` only to pick scratch).
+  // Splits [0, n) statically into N = size() * chunks_per_thread contiguous
+  // chunks, chunk c = [n*c/N, n*(c+1)/N); empty chunks are skipped. Threads
+  // claim chunks as they become free, so with several chunks per thread one
+  // that is slowed down (a busy core) does less of the work. The split
+  // depends only on n, size() and chunks_per_thread; which thread runs a
+  // chunk does not, so fn's results must depend only on [begin, end) (use
+  // `thread` only to pick scratch).
   // Blocks until every chunk has finished. If chunks throw, the exception of
   // the lowest-numbered failing chunk is rethrown here after all chunks have
-  // finished. n <= 0 does nothing.
-  void parallel_for(int64_t n, const RangeFn& fn);
+  // finished. n <= 0 does nothing. chunks_per_thread is clamped to
+  // [1, kMaxChunks / size()].
+  void parallel_for(int64_t n, const RangeFn& fn, int chunks_per_thread = 1);
+  static constexpr int kMaxChunks = 8192;
 
  private:
   void worker_main(int thread);
@@ -63,7 +68,8 @@ class ThreadPool {
   // state_, read by a thread only after it has claimed one of its chunks.
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
-  std::vector<std::exception_ptr> errors_;  // [n_threads] one slot per chunk
+  int n_chunks_ = 0;
+  std::vector<std::exception_ptr> errors_;  // [n_chunks_] one slot per chunk (grown, kept)
 
   // (generation << kChunkBits) | next unclaimed chunk. A claim is a CAS that
   // also checks the generation, so a late worker can never take a chunk of

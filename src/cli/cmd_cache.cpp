@@ -19,6 +19,7 @@ namespace {
 
 struct CacheArgs {
   std::string dir;
+  std::string panel_dir;  // ls / gc: the panel cache files' folder
   std::string redis;
   std::string name;       // show / rm: a record name (block/..., session/...) or a prefix
   std::string tenant;     // show / rm: only this tenant's
@@ -32,9 +33,11 @@ std::string state_dir_of(const CacheArgs& a) {
   return dir;
 }
 
-// The panel cache files (src/model/panel_file.h) sit in the panels folder
-// of the cache directory.
-std::string panel_dir_of(const CacheArgs& a) { return state_dir_of(a) + "/panels"; }
+// The panel cache files of --mmap (src/model/panel_file.h): the engine's
+// default folder unless --panel-dir names another.
+std::string panel_dir_of(const CacheArgs& a) {
+  return a.panel_dir.empty() ? default_panel_cache_dir() : a.panel_dir;
+}
 
 std::string age(int64_t ms) {
   const int64_t s = ms / 1000;
@@ -99,7 +102,8 @@ void ls(const CacheArgs& a, bool verify) {
   if (a.tenant.empty() && a.name.empty()) {  // shared by every tenant: not a record
     std::error_code ec;
     for (const auto& f : std::filesystem::directory_iterator(panel_dir_of(a), ec)) {
-      if (f.path().extension() != ".panels") continue;
+      std::error_code e1;
+      if (f.path().extension() != ".panels" || !f.is_regular_file(e1)) continue;
       std::string why;
       const auto h = read_panel_file_header(f.path().string(), &why);
       std::error_code e2;
@@ -227,8 +231,14 @@ void add_cache_command(CLI::App& app) {
     }
     sub->add_option("--tenant", args->tenant, "Only this tenant's records");
   };
+  auto panel_dir = [&](CLI::App* sub) {
+    sub->add_option("--panel-dir", args->panel_dir,
+                    "The panel cache files of --mmap (default $XDG_CACHE_HOME/encore/panels)")
+        ->type_name("DIR");
+  };
   CLI::App* s_ls = cache->add_subcommand("ls", "One line per record: status, size, use, TTL, name");
   common(s_ls, true);
+  panel_dir(s_ls);
   s_ls->add_option("name", args->name, "Only names starting with this");
   s_ls->callback([args] { ls(*args, false); });
   CLI::App* s_verify = cache->add_subcommand("verify", "Re-check every record's checksums");
@@ -249,6 +259,7 @@ void add_cache_command(CLI::App& app) {
       "Remove expired, damaged and interrupted records, the least used over the cap, and "
       "panel cache files (--mmap) whose model is gone or changed");
   common(s_gc, false);
+  panel_dir(s_gc);
   s_gc->add_option("--max-mib", args->max_mib, "Size cap in MiB")->check(CLI::Range(0.0, 1e9));
   s_gc->callback([args] { gc(*args); });
   CLI::App* s_stats = cache->add_subcommand(

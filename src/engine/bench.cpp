@@ -188,7 +188,10 @@ void measure_state(Engine& engine, const Engine::Impl& m, const BenchOptions& o,
   const std::string tenant =
       fmt::format("bench-state-{}", BenchClock::now().time_since_epoch().count());
   auto turn = [&](const EngineOptions& eo, bool persist, uint64_t* bytes) {
-    const std::unique_ptr<Engine> e = Engine::open(m.file, eo);
+    // A File whose repacked matrices the engine gave back cannot be shared:
+    // the new engine then reads the model again.
+    const std::unique_ptr<Engine> e =
+        m.file->released_bytes() > 0 ? Engine::open(eo) : Engine::open(m.file, eo);
     Request q = bench_request(info, r.session_tokens, 1, 3, tenant);
     const std::vector<int32_t> next = bench_tokens(kTurn, info.n_vocab, 4);
     q.prompt_ids.insert(q.prompt_ids.end(), next.begin(), next.end());

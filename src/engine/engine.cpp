@@ -222,6 +222,12 @@ void open_chat_template(Engine::Impl& m, const std::string& name) {
 
 std::unique_ptr<Engine> Engine::open(std::shared_ptr<const gguf::File> file,
                                      const EngineOptions& options) {
+  if (file != nullptr && file->released_bytes() > 0) {
+    throw std::logic_error(fmt::format(
+        "{}: this File gave back the bytes of its repacked matrices (an engine opened it by "
+        "path): open the model again",
+        file->path()));
+  }
   return open_file(std::move(file), nullptr, options);
 }
 

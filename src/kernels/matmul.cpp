@@ -111,6 +111,12 @@ T* grow(std::vector<T>& v, int64_t n) {
 // panels. Only speed depends on it.
 int64_t panels_per_block(int64_t m) { return m <= mm::kDecodeRows ? 1 : 4; }
 
+// Threads take a matrix's panels in this many chunks each, claiming the next
+// free one when done (ThreadPool::parallel_for), so a core that is slowed
+// down (another process, the server's threads) leaves its remaining chunks
+// to the others instead of holding up the step. Only speed depends on it.
+constexpr int kChunksPerThread = 4;
+
 void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
                 const IsaKernels& kt, MatmulScratch& s) {
   const int64_t rows = w.rows, cols = w.cols;
@@ -173,7 +179,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
   if (pool == nullptr || pool->size() == 1 || rows * cols * m < kMinParallelWork) {
     run(0, n_panels, 0);
   } else {
-    pool->parallel_for(n_panels, run);
+    pool->parallel_for(n_panels, run, kChunksPerThread);
   }
 }
 

@@ -49,7 +49,7 @@ std::unique_ptr<Model> Model::load(const gguf::File& file) {
   return std::unique_ptr<Model>(new Model(std::move(hp), file.path(), std::move(weights)));
 }
 
-std::vector<kernels::WeightView*> Model::panel_views() {
+std::vector<kernels::WeightView*> Model::panel_views() const {
   std::vector<kernels::WeightView*> views;
   for (LayerWeights& l : weights_->layers) {
     for (kernels::WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
@@ -65,7 +65,7 @@ std::vector<Model::PanelMatrix> Model::panel_layout() const {
   std::vector<PanelMatrix> layout;
   size_t offset = 0;
   // Each matrix's panels start on a 64-byte boundary (a cache line).
-  for (const kernels::WeightView* v : const_cast<Model*>(this)->panel_views()) {
+  for (const kernels::WeightView* v : panel_views()) {
     PanelMatrix p;
     p.type = v->type;
     p.rows = v->rows;

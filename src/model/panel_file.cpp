@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <regex>
 #include <system_error>
 
 #include "encore/error.h"
@@ -57,11 +58,23 @@ bool pread_all(int fd, uint8_t* dst, uint64_t n, uint64_t at) {
   return true;
 }
 
+uint64_t round_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool is_fingerprint(std::string_view s) {
+  return s.size() == 32 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 // The header bytes (without the final digest) of a file holding `matrices`.
+// Throws Error for an origin the format cannot hold.
 std::string encode_header(const PanelFileOrigin& o, const std::vector<PanelFileHeader::Matrix>& ms,
                           uint64_t panel_bytes) {
-  const size_t used = kFixed + o.model_path.size() + ms.size() * kEntry + 8;
-  const uint64_t header_bytes = (used + kAlign - 1) / kAlign * kAlign;
+  if (!is_fingerprint(o.model_fingerprint) || o.model_path.size() > kMaxPath) {
+    throw Error(
+        fmt::format("a panel file records a 32-digit model fingerprint and a path of at "
+                    "most {} bytes (got {} and {} bytes)",
+                    kMaxPath, util::printable(o.model_fingerprint), o.model_path.size()));
+  }
+  const uint64_t header_bytes = round_up(kFixed + o.model_path.size() + ms.size() * kEntry + 8);
   std::string h(kMagic);
   le::put_u32(h, kPanelFileFormat);
   le::put_u32(h, kernels::kPanelLayout);
@@ -69,9 +82,7 @@ std::string encode_header(const PanelFileOrigin& o, const std::vector<PanelFileH
   le::put_u32(h, static_cast<uint32_t>(ms.size()));
   le::put_u64(h, header_bytes);
   le::put_u64(h, panel_bytes);
-  std::string fp = o.model_fingerprint;
-  fp.resize(32, '\0');
-  h += fp;
+  h += o.model_fingerprint;
   le::put_u64(h, o.model_size);
   le::put_u64(h, static_cast<uint64_t>(o.model_mtime_ns));
   le::put_u32(h, static_cast<uint32_t>(o.model_path.size()));
@@ -116,20 +127,30 @@ std::optional<PanelFileHeader> decode_header(std::string_view b, uint64_t file_b
                             h.panel_bytes, file_bytes));
   }
   if (b.size() < h.header_bytes) return fail("short header");  // the caller reads it all
-  h.origin.model_fingerprint = std::string(b.substr(40, 32).data(), strnlen(b.data() + 40, 32));
+  h.origin.model_fingerprint = std::string(b.substr(40, 32));
+  if (!is_fingerprint(h.origin.model_fingerprint)) return fail("not a model fingerprint");
   h.origin.model_size = le::get(b, 72, 8);
   h.origin.model_mtime_ns = static_cast<int64_t>(le::get(b, 80, 8));
   const uint64_t path_len = le::get(b, 88, 4);
   const uint64_t digest_at = kFixed + path_len + n * kEntry;
-  if (path_len > kMaxPath || digest_at + 8 > h.header_bytes) return fail("header fields overflow");
+  // One encoding per header: the padding is exactly what the writer adds.
+  if (path_len > kMaxPath || digest_at + 8 > h.header_bytes ||
+      h.header_bytes != round_up(digest_at + 8)) {
+    return fail("header fields overflow");
+  }
   if (verify_digest && XXH3_64bits(b.data(), digest_at) != le::get(b, digest_at, 8)) {
     return fail("header digest");
+  }
+  if (b.substr(digest_at + 8, h.header_bytes - digest_at - 8).find_first_not_of('\0') !=
+      std::string_view::npos) {
+    return fail("header padding");
   }
   h.origin.model_path = std::string(b.substr(kFixed, path_len));
   uint64_t end = 0;
   for (uint64_t i = 0, at = kFixed + path_len; i < n; ++i, at += kEntry) {
     PanelFileHeader::Matrix m;
     m.m.type = static_cast<DType>(le::get(b, at, 4));
+    if (le::get(b, at + 4, 4) != 0) return fail(fmt::format("matrix {}: reserved field", i));
     m.m.rows = static_cast<int64_t>(le::get(b, at + 8, 8));
     m.m.cols = static_cast<int64_t>(le::get(b, at + 16, 8));
     m.m.offset = le::get(b, at + 24, 8);
@@ -176,9 +197,13 @@ std::shared_ptr<const uint8_t> map_checked(const std::string& path, const std::s
     *why = "its matrices are not this model's";
     return nullptr;
   }
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   struct stat st;
-  if (f.fd < 0 || ::fstat(f.fd, &st) != 0 ||
+  if (f.fd < 0 || ::fstat(f.fd, &st) != 0) {
+    *why = fmt::format("cannot open it: {}", errno_text(errno));
+    return nullptr;
+  }
+  if (!S_ISREG(st.st_mode) ||
       static_cast<uint64_t>(st.st_size) != h->header_bytes + h->panel_bytes) {
     *why = "it changed while being read";
     return nullptr;
@@ -234,18 +259,26 @@ std::string panel_file_name(const std::string& model_fingerprint) {
                      kernels::kCanonicalOrder);
 }
 
-std::optional<PanelFileHeader> read_panel_file_header(const std::string& path, std::string* why) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+std::optional<PanelFileHeader> read_panel_file_header(const std::string& path, std::string* why,
+                                                      bool* unreadable) {
+  if (unreadable != nullptr) *unreadable = false;
+  const auto cannot = [&](const std::string& what) {
+    *why = fmt::format("{}: {}", what, errno_text(errno));
+    if (unreadable != nullptr) *unreadable = true;
+    return std::nullopt;
+  };
+  // O_NONBLOCK: a FIFO under this name must not hang the open.
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   struct stat st;
-  if (f.fd < 0 || ::fstat(f.fd, &st) != 0) {
-    *why = fmt::format("cannot open: {}", errno_text(errno));
+  if (f.fd < 0 || ::fstat(f.fd, &st) != 0) return cannot("cannot open it");
+  if (!S_ISREG(st.st_mode)) {
+    *why = "not a regular file";
     return std::nullopt;
   }
   const auto size = static_cast<uint64_t>(st.st_size);
   std::string b(std::min<uint64_t>(size, kAlign), '\0');
   if (!pread_all(f.fd, reinterpret_cast<uint8_t*>(b.data()), b.size(), 0)) {
-    *why = "cannot read its header";
-    return std::nullopt;
+    return cannot("cannot read its header");
   }
   std::optional<PanelFileHeader> h = decode_header(b, size, why, true);
   if (h || *why != "short header") return h;
@@ -254,8 +287,7 @@ std::optional<PanelFileHeader> read_panel_file_header(const std::string& path, s
   b.resize(header_bytes, '\0');
   if (!pread_all(f.fd, reinterpret_cast<uint8_t*>(b.data()) + kAlign, header_bytes - kAlign,
                  kAlign)) {
-    *why = "cannot read its header";
-    return std::nullopt;
+    return cannot("cannot read its header");
   }
   return decode_header(b, size, why, true);
 }
@@ -268,7 +300,7 @@ std::optional<PanelFileHeader> decode_panel_file_header(std::string_view bytes, 
 std::string encode_panel_file_header(const PanelFileHeader& head) {
   std::string h = encode_header(head.origin, head.matrices, head.panel_bytes);
   le::put_u64(h, XXH3_64bits(h.data(), h.size()));
-  h.resize((h.size() + kAlign - 1) / kAlign * kAlign, '\0');
+  h.resize(round_up(h.size()), '\0');
   return h;
 }
 
@@ -296,6 +328,10 @@ PanelCacheUse use_panel_cache(Model& model, ThreadPool& pool, const std::string&
   model.repack_weights(pool, release);
   try {
     fs::create_directories(fs::path(path).parent_path(), ec);
+    if (ec) {
+      throw Error(fmt::format("cannot make the directory {}: {}",
+                              fs::path(path).parent_path().string(), ec.message()));
+    }
     write_panel_file(path, model, origin, pool);
   } catch (const Error& e) {
     add_problem(
@@ -321,17 +357,23 @@ std::vector<std::pair<std::string, std::string>> collect_panel_garbage(const std
   std::vector<std::pair<std::string, std::string>> out;
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
+  // Only names this code writes (panel_file_name, util::TempFile's).
+  static const std::regex kPanels("[0-9a-f]{32}-l[0-9]+-o[0-9]+\\.panels");
+  static const std::regex kTemp("[0-9a-f]{32}-l[0-9]+-o[0-9]+\\.panels\\.tmp-[0-9a-f]{16}");
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
        it.increment(ec)) {
     std::error_code e2;
     if (!it->is_regular_file(e2)) continue;
     const std::string name = it->path().filename().string();
     std::string reason;
-    if (name.find(".panels.tmp-") != std::string::npos) {
+    if (std::regex_match(name, kTemp)) {
       if (now - it->last_write_time(e2) > std::chrono::minutes(10)) reason = "interrupted write";
-    } else if (it->path().extension() == ".panels") {
+    } else if (std::regex_match(name, kPanels)) {
       std::string why;
-      const std::optional<PanelFileHeader> h = read_panel_file_header(it->path().string(), &why);
+      bool unreadable = false;
+      const std::optional<PanelFileHeader> h =
+          read_panel_file_header(it->path().string(), &why, &unreadable);
+      if (unreadable) continue;  // perhaps for now only (permissions, EIO): not its content
       if (!h) {
         reason = why;
       } else {

@@ -8,7 +8,11 @@
 // panel layout are the key. Written atomically (util::TempFile) and checked
 // on every use (every field of the header against the model, an XXH3 digest
 // of the header and of each matrix's panels), so a damaged, truncated or
-// foreign file is never used: it is reported and written again.
+// foreign file is never used: it is reported and written again. The digests
+// catch damage, not forgery: the cache directory is trusted as the binary
+// is (whoever can write there can change outputs).
+// Mapped MAP_SHARED: the file must only ever be replaced (rename), never
+// truncated in place, or its readers get SIGBUS.
 //
 // Format (little-endian; the header is padded to a multiple of 4096 bytes,
 // then the panels as Model::panel_layout() places them, to the file's end):
@@ -80,8 +84,10 @@ std::string encode_panel_file_header(const PanelFileHeader& h);
 
 // Reads and checks the header of `path` (magic, versions, sizes against the
 // file's, the header digest). nullopt with *why set when it is not a panel
-// file of this build's layout; never throws for bad content.
-std::optional<PanelFileHeader> read_panel_file_header(const std::string& path, std::string* why);
+// file of this build's layout, and *unreadable (if given) true when the file
+// could not be opened or read (its content unknown); never throws.
+std::optional<PanelFileHeader> read_panel_file_header(const std::string& path, std::string* why,
+                                                      bool* unreadable = nullptr);
 
 // What use_panel_cache did.
 struct PanelCacheUse {
@@ -101,11 +107,12 @@ PanelCacheUse use_panel_cache(Model& model, ThreadPool& pool, const std::string&
                               const PanelFileOrigin& origin,
                               const std::function<void(std::span<const uint8_t>)>& release);
 
-// Panel files under `dir` that `encore cache gc` removes: not of this
-// build's format or layout, damaged, or of a model that is no longer at its
-// path or has changed (size or mtime); also temporary files of interrupted
-// writes older than 10 minutes. Returns (path, reason) pairs; removes them
-// unless dry_run.
+// Panel files under `dir` (only names panel_file_name gives) that `encore
+// cache gc` removes: damaged, not of this build's format, layout or
+// canonical order, or of a model that is no longer at its path or has
+// changed (size or mtime); also temporary files of interrupted writes older
+// than 10 minutes. A file that cannot be read now is left. Returns (path,
+// reason) pairs; removes them unless dry_run.
 std::vector<std::pair<std::string, std::string>> collect_panel_garbage(const std::string& dir,
                                                                        bool dry_run);
 

@@ -10,6 +10,7 @@
 // futex sleep/wake per job would dominate tiny models.
 #include "encore/thread_pool.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -18,13 +19,14 @@
 namespace encore {
 namespace {
 
-// The chunk counter runs from 0 to n_threads inclusive: claiming the last
-// chunk leaves it at n_threads, "none left". That value must still fit below
-// the generation bits, or the final claim would carry into the generation
-// and look like a new job to the workers.
-constexpr int kChunkBits = 13;
+// The chunk counter runs from 0 to the job's chunk count inclusive:
+// claiming the last chunk leaves it at that count, "none left". That value
+// must still fit below the generation bits, or the final claim would carry
+// into the generation and look like a new job to the workers.
+constexpr int kChunkBits = 14;
 constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
-static_assert((uint64_t{1} << kChunkBits) > ThreadPool::kMaxThreads);
+static_assert((uint64_t{1} << kChunkBits) > ThreadPool::kMaxChunks);
+static_assert(ThreadPool::kMaxChunks >= ThreadPool::kMaxThreads);
 
 // Spin iterations before blocking. Short on purpose: the machine may be
 // shared, and a sleeping worker only costs one wake-up per job.
@@ -66,7 +68,7 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run_chunks(uint64_t gen, int thread) {
   uint64_t s = state_.load(std::memory_order_acquire);
   for (;;) {
-    if (gen_of(s) != gen || (s & kChunkMask) >= static_cast<uint64_t>(n_threads_)) return;
+    if (gen_of(s) != gen || (s & kChunkMask) >= static_cast<uint64_t>(n_chunks_)) return;
     if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
       continue;  // s was reloaded
@@ -74,8 +76,8 @@ void ThreadPool::run_chunks(uint64_t gen, int thread) {
     // Chunk claimed: the job cannot finish (and fn_/n_ cannot change) until
     // it is counted as done below.
     const int chunk = static_cast<int>(s & kChunkMask);
-    const int64_t begin = n_ * chunk / n_threads_;
-    const int64_t end = n_ * (chunk + 1) / n_threads_;
+    const int64_t begin = n_ * chunk / n_chunks_;
+    const int64_t end = n_ * (chunk + 1) / n_chunks_;
     if (begin < end) {
       try {
         (*fn_)(begin, end, thread);
@@ -83,7 +85,7 @@ void ThreadPool::run_chunks(uint64_t gen, int thread) {
         errors_[static_cast<size_t>(chunk)] = std::current_exception();
       }
     }
-    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_threads_) {
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks_) {
       // Notify under the mutex so the caller cannot miss it between checking
       // chunks_done_ and going to sleep.
       std::lock_guard<std::mutex> lock(mutex_);
@@ -113,7 +115,7 @@ void ThreadPool::worker_main(int thread) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
+void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int chunks_per_thread) {
   if (n <= 0) return;
   if (in_use_.exchange(true, std::memory_order_acquire)) {
     throw std::logic_error(
@@ -133,6 +135,10 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
 
   fn_ = &fn;
   n_ = n;
+  n_chunks_ = n_threads_ * std::clamp(chunks_per_thread, 1, kMaxChunks / n_threads_);
+  if (errors_.size() < static_cast<size_t>(n_chunks_)) {
+    errors_.resize(static_cast<size_t>(n_chunks_));
+  }
   chunks_done_.store(0, std::memory_order_relaxed);
   const uint64_t gen = gen_of(state_.load(std::memory_order_relaxed)) + 1;
   {
@@ -145,14 +151,14 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
 
   run_chunks(gen, 0);
 
-  bool done = chunks_done_.load(std::memory_order_acquire) == n_threads_;
+  bool done = chunks_done_.load(std::memory_order_acquire) == n_chunks_;
   for (int i = 0; i < kSpinIters && !done; ++i) {
     cpu_relax();
-    done = chunks_done_.load(std::memory_order_acquire) == n_threads_;
+    done = chunks_done_.load(std::memory_order_acquire) == n_chunks_;
   }
   if (!done) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return chunks_done_.load(std::memory_order_acquire) == n_threads_; });
+    done_.wait(lock, [&] { return chunks_done_.load(std::memory_order_acquire) == n_chunks_; });
   }
   fn_ = nullptr;
 
