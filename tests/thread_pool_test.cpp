@@ -153,6 +153,30 @@ TEST(ThreadPool, ManyBackToBackJobs) {
   EXPECT_EQ(total.load(), 20000 * 8);
 }
 
+// Back-to-back jobs of different chunk counts: a worker finishing the last
+// chunk of one job must never take part of the next one as a chunk of the
+// old (it once could when the next job had more chunks: the count of chunks
+// done then overshot and parallel_for waited forever, or returned early).
+// Every element of every job runs exactly once.
+TEST(ThreadPool, BackToBackJobsOfDifferentChunkCounts) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> hits(64);
+    for (int job = 0; job < 100000; ++job) {
+      const int per_thread = 1 + (job % 3) * 3;  // 1, 4, 7 chunks per thread
+      pool.parallel_for(
+          64,
+          [&](int64_t b, int64_t e, int) {
+            for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+          },
+          per_thread);
+      if (job % 1000 == 999) {
+        for (auto& h : hits) ASSERT_EQ(h.exchange(0), 1000) << "job " << job;
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, PropagatesExceptionAfterAllChunksFinish) {
   ThreadPool pool(4);
   std::atomic<int> finished{0};

@@ -68,12 +68,16 @@ class ThreadPool {
   // state_, read by a thread only after it has claimed one of its chunks.
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
-  int n_chunks_ = 0;
+  // The job's chunk count: written by the caller before it publishes the
+  // job, read by threads to know when none are left (atomic: a worker of
+  // the previous job may read it while the next is being set up).
+  std::atomic<int> n_chunks_{0};
   std::vector<std::exception_ptr> errors_;  // [n_chunks_] one slot per chunk (grown, kept)
 
   // (generation << kChunkBits) | next unclaimed chunk. A claim is a CAS that
   // also checks the generation, so a late worker can never take a chunk of
-  // a job that has already moved on.
+  // a job that has already moved on; a finished job's counter is set to the
+  // maximum, so none is left whatever the next job's chunk count.
   std::atomic<uint64_t> state_{0};
   std::atomic<int> chunks_done_{0};  // finished chunks of the current job
   std::atomic<bool> in_use_{false};  // detects reentrant/concurrent use

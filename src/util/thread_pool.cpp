@@ -68,7 +68,8 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run_chunks(uint64_t gen, int thread) {
   uint64_t s = state_.load(std::memory_order_acquire);
   for (;;) {
-    if (gen_of(s) != gen || (s & kChunkMask) >= static_cast<uint64_t>(n_chunks_)) return;
+    const auto n_chunks = static_cast<uint64_t>(n_chunks_.load(std::memory_order_relaxed));
+    if (gen_of(s) != gen || (s & kChunkMask) >= n_chunks) return;
     if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
       continue;  // s was reloaded
@@ -76,8 +77,8 @@ void ThreadPool::run_chunks(uint64_t gen, int thread) {
     // Chunk claimed: the job cannot finish (and fn_/n_ cannot change) until
     // it is counted as done below.
     const int chunk = static_cast<int>(s & kChunkMask);
-    const int64_t begin = n_ * chunk / n_chunks_;
-    const int64_t end = n_ * (chunk + 1) / n_chunks_;
+    const int64_t begin = n_ * chunk / static_cast<int64_t>(n_chunks);
+    const int64_t end = n_ * (chunk + 1) / static_cast<int64_t>(n_chunks);
     if (begin < end) {
       try {
         (*fn_)(begin, end, thread);
@@ -85,7 +86,7 @@ void ThreadPool::run_chunks(uint64_t gen, int thread) {
         errors_[static_cast<size_t>(chunk)] = std::current_exception();
       }
     }
-    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks_) {
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<int>(n_chunks)) {
       // Notify under the mutex so the caller cannot miss it between checking
       // chunks_done_ and going to sleep.
       std::lock_guard<std::mutex> lock(mutex_);
@@ -135,10 +136,9 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int chunks_per_threa
 
   fn_ = &fn;
   n_ = n;
-  n_chunks_ = n_threads_ * std::clamp(chunks_per_thread, 1, kMaxChunks / n_threads_);
-  if (errors_.size() < static_cast<size_t>(n_chunks_)) {
-    errors_.resize(static_cast<size_t>(n_chunks_));
-  }
+  const int n_chunks = n_threads_ * std::clamp(chunks_per_thread, 1, kMaxChunks / n_threads_);
+  n_chunks_.store(n_chunks, std::memory_order_relaxed);  // published with state_ below
+  if (errors_.size() < static_cast<size_t>(n_chunks)) errors_.resize(static_cast<size_t>(n_chunks));
   chunks_done_.store(0, std::memory_order_relaxed);
   const uint64_t gen = gen_of(state_.load(std::memory_order_relaxed)) + 1;
   {
@@ -151,15 +151,21 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int chunks_per_threa
 
   run_chunks(gen, 0);
 
-  bool done = chunks_done_.load(std::memory_order_acquire) == n_chunks_;
+  bool done = chunks_done_.load(std::memory_order_acquire) == n_chunks;
   for (int i = 0; i < kSpinIters && !done; ++i) {
     cpu_relax();
-    done = chunks_done_.load(std::memory_order_acquire) == n_chunks_;
+    done = chunks_done_.load(std::memory_order_acquire) == n_chunks;
   }
   if (!done) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return chunks_done_.load(std::memory_order_acquire) == n_chunks_; });
+    done_.wait(lock, [&] { return chunks_done_.load(std::memory_order_acquire) == n_chunks; });
   }
+  // Close the job: a worker still in run_chunks for this generation must
+  // see "none left" whatever the next job's chunk count (n_chunks_ changes
+  // with the next call; with only the counter at this job's count, a worker
+  // comparing it with a larger count could claim a chunk of this finished
+  // generation, run it for the next job and miscount its chunks).
+  state_.store((gen << kChunkBits) | kChunkMask, std::memory_order_release);
   fn_ = nullptr;
 
   std::exception_ptr first;
