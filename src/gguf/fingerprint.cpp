@@ -7,7 +7,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,21 +40,23 @@ std::string hex(const XXH128_hash_t& h) {
   return out;
 }
 
-// Digests of every tensor's data. One chunk per thread, each pulling whole
-// tensors from a shared counter, so that a few large tensors do not leave
-// threads idle as a static split by tensor would. Each digest depends only
-// on its tensor, so the result is the same for any pool size.
+// Digests of every tensor's data, whole tensors in chunks that threads claim
+// as they become free, so that a few large tensors do not leave threads idle
+// as one static slice each would. Each digest depends only on its tensor,
+// so the result is the same for any pool size.
 std::vector<XXH128_hash_t> hash_tensors(const std::vector<gguf::TensorInfo>& tensors,
                                         ThreadPool& pool) {
   std::vector<XXH128_hash_t> digests(tensors.size());  // [n_tensors], digest of tensors[k].data
-  std::atomic<size_t> next{0};
-  const auto n_chunks =
-      static_cast<int64_t>(std::min<size_t>(static_cast<size_t>(pool.size()), tensors.size()));
-  pool.parallel_for(n_chunks, [&](int64_t, int64_t, int) {
-    for (size_t k = next.fetch_add(1); k < tensors.size(); k = next.fetch_add(1)) {
-      digests[k] = XXH3_128bits(tensors[k].data, tensors[k].n_bytes);
-    }
-  });
+  // About one tensor per chunk: tensors differ in size by 100x and more.
+  const auto n = static_cast<int64_t>(tensors.size());
+  pool.parallel_for(
+      n,
+      [&](int64_t b, int64_t e, int) {
+        for (int64_t k = b; k < e; ++k) {
+          digests[k] = XXH3_128bits(tensors[k].data, tensors[k].n_bytes);
+        }
+      },
+      static_cast<int>((n + pool.size() - 1) / pool.size()));
   return digests;
 }
 

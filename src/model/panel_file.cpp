@@ -169,11 +169,17 @@ std::optional<PanelFileHeader> decode_header(std::string_view b, uint64_t file_b
 std::vector<uint64_t> digests(const std::vector<Model::PanelMatrix>& layout, const uint8_t* block,
                               ThreadPool& pool) {
   std::vector<uint64_t> d(layout.size());
-  pool.parallel_for(static_cast<int64_t>(layout.size()), [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) {
-      d[i] = XXH3_64bits(block + layout[i].offset, layout[i].bytes);
-    }
-  });
+  const auto n = static_cast<int64_t>(layout.size());
+  // One matrix per chunk, claimed as threads become free (the output head
+  // is several times a layer matrix).
+  pool.parallel_for(
+      n,
+      [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) {
+          d[i] = XXH3_64bits(block + layout[i].offset, layout[i].bytes);
+        }
+      },
+      static_cast<int>((n + pool.size() - 1) / pool.size()));
   return d;
 }
 
