@@ -52,7 +52,8 @@ class ThreadPool {
   // Blocks until every chunk has finished. If chunks throw, the exception of
   // the lowest-numbered failing chunk is rethrown here after all chunks have
   // finished. n <= 0 does nothing. chunks_per_thread is clamped to
-  // [1, kMaxChunks / size()].
+  // [1, kMaxChunks / size()]; with size() == 1, fn gets [0, n) in one call.
+  // n < 2^63 / kMaxChunks (the chunk bounds are computed as n * c / N).
   void parallel_for(int64_t n, const RangeFn& fn, int chunks_per_thread = 1);
   static constexpr int kMaxChunks = 8192;
 
@@ -72,7 +73,7 @@ class ThreadPool {
   // job, read by threads to know when none are left (atomic: a worker of
   // the previous job may read it while the next is being set up).
   std::atomic<int> n_chunks_{0};
-  std::vector<std::exception_ptr> errors_;  // [n_chunks_] one slot per chunk (grown, kept)
+  std::vector<std::exception_ptr> errors_;  // [kMaxChunks] one slot per chunk of a job
 
   // (generation << kChunkBits) | next unclaimed chunk. A claim is a CAS that
   // also checks the generation, so a late worker can never take a chunk of

@@ -49,7 +49,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
     throw InvalidArgument("thread pool: the thread count must be in [1, " +
                           std::to_string(kMaxThreads) + "], got " + std::to_string(n_threads));
   }
-  errors_.resize(static_cast<size_t>(n_threads));
+  errors_.resize(kMaxChunks);  // once: parallel_for allocates nothing
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   for (int t = 1; t < n_threads; ++t) {
     workers_.emplace_back([this, t] { worker_main(t); });
@@ -68,7 +68,9 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run_chunks(uint64_t gen, int thread) {
   uint64_t s = state_.load(std::memory_order_acquire);
   for (;;) {
-    const auto n_chunks = static_cast<uint64_t>(n_chunks_.load(std::memory_order_relaxed));
+    // Acquire: a count of the next job comes with that job's close store
+    // (released below), so the CAS of a worker that read it fails.
+    const auto n_chunks = static_cast<uint64_t>(n_chunks_.load(std::memory_order_acquire));
     if (gen_of(s) != gen || (s & kChunkMask) >= n_chunks) return;
     if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
@@ -137,8 +139,7 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int chunks_per_threa
   fn_ = &fn;
   n_ = n;
   const int n_chunks = n_threads_ * std::clamp(chunks_per_thread, 1, kMaxChunks / n_threads_);
-  n_chunks_.store(n_chunks, std::memory_order_relaxed);  // published with state_ below
-  if (errors_.size() < static_cast<size_t>(n_chunks)) errors_.resize(static_cast<size_t>(n_chunks));
+  n_chunks_.store(n_chunks, std::memory_order_release);
   chunks_done_.store(0, std::memory_order_relaxed);
   const uint64_t gen = gen_of(state_.load(std::memory_order_relaxed)) + 1;
   {
@@ -169,7 +170,8 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int chunks_per_threa
   fn_ = nullptr;
 
   std::exception_ptr first;
-  for (std::exception_ptr& e : errors_) {
+  for (int c = 0; c < n_chunks; ++c) {  // only this job's slots were written
+    std::exception_ptr& e = errors_[static_cast<size_t>(c)];
     if (e && !first) first = e;
     e = nullptr;
   }
