@@ -49,6 +49,9 @@ std::string model_fingerprint_cached(const std::string& path, const gguf::File& 
 std::string model_fingerprint_cached(const gguf::File& file, ThreadPool& pool,
                                      bool* from_cache = nullptr, const std::string& cache_dir = {});
 
+// True for what model_fingerprint returns: 32 lowercase hex digits.
+bool is_model_fingerprint(std::string_view s);
+
 // $XDG_CACHE_HOME/encore/fingerprints, else $HOME/.cache/encore/fingerprints,
 // else "" (no cache).
 std::string fingerprint_cache_dir();

@@ -125,6 +125,10 @@ struct FileStamp {
   bool operator==(const FileStamp&) const = default;
 };
 
+// The stamp `path` has now (stat follows symlinks, as open() does), or
+// nullopt when it cannot be stat'ed.
+std::optional<FileStamp> stamp_of(const std::string& path);
+
 enum class LoadMode {
   Mmap,  // map the file read-only (fast open, pages fault in on use)
   Read,  // read the whole file into ordinary memory (faster decode on VMs

@@ -169,6 +169,12 @@ int64_t ns_of(const struct timespec& t) { return int64_t{t.tv_sec} * 1000000000 
 
 }  // namespace
 
+std::optional<FileStamp> stamp_of(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return detail::stamp_from_stat(st);
+}
+
 FileStamp detail::stamp_from_stat(const struct ::stat& st) {
   FileStamp s;
   s.device = static_cast<uint64_t>(st.st_dev);

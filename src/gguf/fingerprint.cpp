@@ -64,19 +64,6 @@ std::string stamp_line(const gguf::FileStamp& s) {
   return fmt::format("stamp {} {} {} {} {}", s.device, s.inode, s.size, s.mtime_ns, s.ctime_ns);
 }
 
-// The stamp `path` has now (stat follows symlinks, as open() did).
-std::optional<gguf::FileStamp> current_stamp(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return gguf::detail::stamp_from_stat(st);
-}
-
-bool is_fingerprint(const std::string& s) {
-  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
 // The cached fingerprint for `abs_path` if the entry records `stamp`.
 std::string read_cache_entry(const std::filesystem::path& entry, const std::string& abs_path,
                              const gguf::FileStamp& stamp) {
@@ -95,7 +82,7 @@ std::string read_cache_entry(const std::filesystem::path& entry, const std::stri
     return "";
   }
   std::string fp = fp_line.substr(12);
-  return is_fingerprint(fp) ? fp : "";
+  return is_model_fingerprint(fp) ? fp : "";
 }
 
 // Best effort: any failure leaves the cache as it was (the write is atomic,
@@ -181,6 +168,10 @@ std::string model_fingerprint(const gguf::File& file, ThreadPool& pool) {
   return hex(XXH3_128bits_digest(state.get()));
 }
 
+bool is_model_fingerprint(std::string_view s) {
+  return s.size() == 32 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 std::string fingerprint_cache_dir() {
   std::string dir = util::cache_dir();
   if (!dir.empty()) dir.append("/fingerprints");
@@ -212,7 +203,7 @@ std::string model_fingerprint_cached(const std::string& path, const gguf::File& 
   // Store only if `path` is still the file that was opened, unchanged: a
   // mapped file written in place while it was hashed, or a `path` that names
   // another file, must not leave an entry pairing this stamp with this value.
-  if (current_stamp(path) == stamp) write_cache_entry(entry, abs_path, *stamp, fp);
+  if (gguf::stamp_of(path) == stamp) write_cache_entry(entry, abs_path, *stamp, fp);
   return fp;
 }
 

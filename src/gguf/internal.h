@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "encore/gguf.h"
+#include "util/text.h"
 
 struct stat;
 
@@ -65,10 +66,7 @@ inline bool align_up(uint64_t v, uint64_t align, uint64_t* out) {
 // Untrusted keys and tensor names go into messages through
 // util::printable (util/text.h).
 
-// strerror-like text of an errno value, thread-safe.
-inline std::string errno_text(int err) {
-  return std::error_code(err, std::generic_category()).message();
-}
+using util::errno_text;  // util/text.h
 
 // The identity and version fields of a stat() result (see FileStamp).
 FileStamp stamp_from_stat(const struct ::stat& st);

@@ -61,10 +61,21 @@ std::vector<kernels::WeightView*> Model::panel_views() const {
   return views;
 }
 
+namespace {
+
+// Each matrix's panels start on a 64-byte boundary (a cache line).
+size_t cache_lines(size_t n) { return (n + 63) / 64 * 64; }
+
+// The size of a block of panels laid out as `layout` says.
+size_t block_bytes(const std::vector<Model::PanelMatrix>& layout) {
+  return layout.empty() ? 0 : layout.back().offset + cache_lines(layout.back().bytes);
+}
+
+}  // namespace
+
 std::vector<Model::PanelMatrix> Model::panel_layout() const {
   std::vector<PanelMatrix> layout;
   size_t offset = 0;
-  // Each matrix's panels start on a 64-byte boundary (a cache line).
   for (const kernels::WeightView* v : panel_views()) {
     PanelMatrix p;
     p.type = v->type;
@@ -72,24 +83,21 @@ std::vector<Model::PanelMatrix> Model::panel_layout() const {
     p.cols = v->cols;
     p.offset = offset;
     p.bytes = kernels::repacked_bytes(v->type, v->rows, v->cols);
-    offset += (p.bytes + 63) / 64 * 64;
+    offset += cache_lines(p.bytes);
     layout.push_back(p);
   }
   return layout;
 }
 
-size_t Model::panel_block_bytes() const {
-  const std::vector<PanelMatrix> layout = panel_layout();
-  return layout.empty() ? 0 : layout.back().offset + (layout.back().bytes + 63) / 64 * 64;
-}
+size_t Model::panel_block_bytes() const { return block_bytes(panel_layout()); }
 
 void Model::adopt_panels(std::shared_ptr<const uint8_t> block, size_t bytes) {
-  const size_t want = panel_block_bytes();
+  const std::vector<PanelMatrix> layout = panel_layout();
+  const size_t want = block_bytes(layout);
   if (bytes != want || (want > 0 && block == nullptr)) {
     throw std::logic_error(
         fmt::format("{}: a block of {} bytes of panels, expected {}", path_, bytes, want));
   }
-  const std::vector<PanelMatrix> layout = panel_layout();
   const std::vector<kernels::WeightView*> views = panel_views();
   for (size_t i = 0; i < views.size(); ++i) views[i]->panels = block.get() + layout[i].offset;
   repacked_ = std::move(block);
@@ -99,7 +107,8 @@ void Model::adopt_panels(std::shared_ptr<const uint8_t> block, size_t bytes) {
 void Model::repack_weights(ThreadPool& pool,
                            const std::function<void(std::span<const uint8_t>)>& release) {
   if (repacked_ != nullptr) return;  // once: views in use must not move
-  const size_t total = panel_block_bytes();
+  const std::vector<PanelMatrix> layout = panel_layout();
+  const size_t total = block_bytes(layout);
   if (total == 0) return;
   // Anonymous pages, in huge pages where the kernel allows: the first touch
   // of ~1 GB in 4 KiB pages was most of the load time (page faults and the
@@ -113,7 +122,6 @@ void Model::repack_weights(ThreadPool& pool,
   std::shared_ptr<const uint8_t> block(static_cast<uint8_t*>(mem), [total](const uint8_t* p) {
     ::munmap(const_cast<uint8_t*>(p), total);
   });
-  const std::vector<PanelMatrix> layout = panel_layout();
   const std::vector<kernels::WeightView*> views = panel_views();
   const uint8_t* embd = weights_->token_embd.data;
   for (size_t i = 0; i < views.size(); ++i) {

@@ -19,6 +19,8 @@
 #include <system_error>
 
 #include "encore/error.h"
+#include "encore/fingerprint.h"
+#include "encore/gguf.h"
 #include "encore/thread_pool.h"
 #include "kernels/matmul.h"
 #include "util/little_endian.h"
@@ -37,7 +39,7 @@ constexpr size_t kMaxPath = 4096;
 constexpr size_t kFixed = 8 + 4 * 4 + 8 * 2 + 32 + 8 * 2 + 4;  // up to the path
 constexpr size_t kEntry = 4 * 2 + 8 * 5;
 
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+using util::errno_text;
 
 struct Fd {
   int fd = -1;
@@ -60,15 +62,11 @@ bool pread_all(int fd, uint8_t* dst, uint64_t n, uint64_t at) {
 
 uint64_t round_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-bool is_fingerprint(std::string_view s) {
-  return s.size() == 32 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-}
-
 // The header bytes (without the final digest) of a file holding `matrices`.
 // Throws Error for an origin the format cannot hold.
 std::string encode_header(const PanelFileOrigin& o, const std::vector<PanelFileHeader::Matrix>& ms,
                           uint64_t panel_bytes) {
-  if (!is_fingerprint(o.model_fingerprint) || o.model_path.size() > kMaxPath) {
+  if (!is_model_fingerprint(o.model_fingerprint) || o.model_path.size() > kMaxPath) {
     throw Error(
         fmt::format("a panel file records a 32-digit model fingerprint and a path of at "
                     "most {} bytes (got {} and {} bytes)",
@@ -128,7 +126,7 @@ std::optional<PanelFileHeader> decode_header(std::string_view b, uint64_t file_b
   }
   if (b.size() < h.header_bytes) return fail("short header");  // the caller reads it all
   h.origin.model_fingerprint = std::string(b.substr(40, 32));
-  if (!is_fingerprint(h.origin.model_fingerprint)) return fail("not a model fingerprint");
+  if (!is_model_fingerprint(h.origin.model_fingerprint)) return fail("not a model fingerprint");
   h.origin.model_size = le::get(b, 72, 8);
   h.origin.model_mtime_ns = static_cast<int64_t>(le::get(b, 80, 8));
   const uint64_t path_len = le::get(b, 88, 4);
@@ -383,13 +381,12 @@ std::vector<std::pair<std::string, std::string>> collect_panel_garbage(const std
       if (!h) {
         reason = why;
       } else {
-        struct stat st;
         const std::string& mp = h->origin.model_path;
-        if (::stat(mp.c_str(), &st) != 0) {
+        const std::optional<gguf::FileStamp> now_stamp = gguf::stamp_of(mp);
+        if (!now_stamp) {
           reason = fmt::format("its model {} is gone", util::printable(mp));
-        } else if (static_cast<uint64_t>(st.st_size) != h->origin.model_size ||
-                   int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec !=
-                       h->origin.model_mtime_ns) {
+        } else if (now_stamp->size != h->origin.model_size ||
+                   now_stamp->mtime_ns != h->origin.model_mtime_ns) {
           reason = fmt::format("its model {} has changed", util::printable(mp));
         }
       }

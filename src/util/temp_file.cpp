@@ -7,17 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <random>
-#include <system_error>
 
 #include "encore/error.h"
 #include "util/temp_file.h"
+#include "util/text.h"
 
 namespace encore::util {
-namespace {
-
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
-
-}  // namespace
 
 TempFile::TempFile(const std::string& dest) : dest_(dest) {
   std::random_device rd;

@@ -1,6 +1,7 @@
 #include "util/text.h"
 
 #include <cstdlib>
+#include <system_error>
 
 namespace encore::util {
 
@@ -23,6 +24,8 @@ std::string printable(std::string_view s, size_t max_len) {
   }
   return out;
 }
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 std::string cache_dir() {
   std::string dir;

@@ -16,6 +16,9 @@ namespace encore::util {
 // `max_len` characters it is cut and "...(N bytes)" gives the input's size.
 std::string printable(std::string_view s, size_t max_len = 96);
 
+// strerror-like text of an errno value, thread-safe.
+std::string errno_text(int err);
+
 // Encore's cache directory, the one lookup for every cache (the state tiers'
 // default_state_dir, the fingerprint cache): $XDG_CACHE_HOME/encore, else
 // $HOME/.cache/encore, else "" (none). Relative values are ignored, as the
