@@ -59,7 +59,7 @@ const std::vector<Shape> kHot = {{2048, 2048}};
 // A set of weight matrices in one buffer, repeated to at least min_bytes.
 struct MatrixSet {
   std::vector<std::vector<uint8_t>> protos;  // one GGUF matrix per shape
-  std::vector<uint8_t> bytes;  // the copies: repacked panels (quantised types) or the rows
+  std::vector<uint8_t> bytes;                // the copies: repacked panels
   std::vector<WeightView> views;
   int64_t macs_per_row = 0;  // sum of rows * cols over views
   int64_t max_rows = 0, max_cols = 0;
@@ -89,8 +89,8 @@ std::unique_ptr<MatrixSet> build_set(DType t, const std::vector<Shape>& shapes, 
   size_t off = 0;
   for (int64_t c = 0; c < copies; ++c) {
     for (size_t i = 0; i < shapes.size(); ++i) {
-      // As the model keeps them: quantised matrices repacked into panels
-      // (what matmul reads), float ones as they are.
+      // As the model keeps them: matrices repacked into panels (what matmul
+      // reads).
       const size_t rb = encore::dtype_row_bytes(t, static_cast<uint64_t>(shapes[i].cols));
       WeightView v{t, protos[i].data(), shapes[i].rows, shapes[i].cols, rb};
       const size_t packed = encore::kernels::repacked_bytes(t, v.rows, v.cols);

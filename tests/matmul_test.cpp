@@ -93,9 +93,10 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
       const Weights w = make_weights(t, 13, cols, 1);
-      // m = 6: the direct (decode) kernels of F16/BF16 (F32 is always read
-      // in place by the float tiles), one panel per block for the quantised
-      // types; m = 12 and 70: F16/BF16 widened first, blocks of 4 panels.
+      // m = 6: decode-sized (one panel per block for the quantised types,
+      // one float tile of activation rows); m = 12 and 70: blocks of 4
+      // quantised panels, float tiles of 12 (AVX-512) or 6 (AVX2)
+      // activation rows and a partial one, 70 in two chunks of rows.
       for (int64_t m : {int64_t{6}, int64_t{12}, int64_t{70}}) {
         expect_isas_equal_scalar(w, test::random_acts(m, cols, 2), m);
       }
@@ -103,14 +104,13 @@ TEST(Matmul, EveryIsaEqualsScalarTwin) {
   }
 }
 
-// Decode-sized batches take the direct kernels (weights read in place) where
-// an ISA has them: each m and tile shape against the scalar twin, with the
-// edge rows (zeros, huge, tiny, NaN, inf) among them.
+// Decode-sized batches: each m and tile shape against the scalar twin, with
+// the edge rows (zeros, huge, tiny, NaN, inf) among them.
 TEST(Matmul, SmallBatchesEqualScalarTwin) {
   const float inf = std::numeric_limits<float>::infinity();
   for (DType t : kTypes) {
     for (int64_t cols : cols_for(t)) {
-      const Weights w = make_weights(t, 14, cols, 21);  // tiles of 4 and 2 weight rows
+      const Weights w = make_weights(t, 14, cols, 21);  // a padded panel (2 rows unused)
       auto x = test::random_acts(8, cols, 22);
       for (int64_t k = 0; k < cols; ++k) {
         x[1 * cols + k] *= 1e30f;
@@ -149,21 +149,44 @@ TEST(Matmul, RandomBlockBytesEqualScalarTwin) {
   }
 }
 
-// F16/BF16 decode-sized batches (up to 8 rows) read the rows in place where
-// an ISA has direct kernels, so the tests above test them; larger batches
-// widen the rows first.
-TEST(Matmul, HalfFloatTypesHaveDirectDecodeKernels) {
-  for (DType t : {DType::F16, DType::BF16}) {
-    for (const auto& [isa, table] :
-         {std::pair{Isa::Avx2, &mm::avx2_kernels}, std::pair{Isa::Avx512, &mm::avx512_kernels}}) {
-      // (The AVX-512 table is built by AVX-512 code: only where the CPU has it.)
-      if (!isa_supported(isa)) continue;
-      const mm::IsaKernels& k = table();
-      for (int64_t m = 1; m <= 8; ++m) {
-        EXPECT_TRUE(k.has_direct_float(t, m))
-            << dtype_name(t) << " m=" << m << " " << isa_name(isa);
+// The model keeps every matrix repacked (WeightView::panels), float types
+// included: matmul reads those panels, not the rows (a changed panel value
+// changes exactly its own output), and gives the same bits as a view it
+// repacks on the fly, on every ISA, for decode and prefill batches.
+TEST(Matmul, RepackedPanelsAreWhatMatmulReads) {
+  for (DType t : kTypes) {
+    const int64_t cols = cols_for(t).back(), rows = 21;
+    const Weights w = make_weights(t, rows, cols, 51);
+    std::vector<uint8_t> panels(repacked_bytes(t, rows, cols));
+    ASSERT_GT(panels.size(), 0u) << dtype_name(t);
+    repack_panels(w.view, panels.data(), 0, panel_count(rows));
+    WeightView packed = w.view;
+    packed.panels = panels.data();
+    for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{30}}) {
+      const auto x = test::random_acts(m, cols, 52);
+      for (Isa isa : kIsas) {
+        if (!isa_supported(isa)) continue;
+        std::vector<float> y0(static_cast<size_t>(m * rows)), y1(y0.size());
+        matmul(w.view, x.data(), y0.data(), m, nullptr, isa);
+        matmul(packed, x.data(), y1.data(), m, nullptr, isa);
+        EXPECT_TRUE(same_bits(y0, y1)) << dtype_name(t) << " m=" << m << " " << isa_name(isa);
       }
-      EXPECT_FALSE(k.has_direct_float(t, 9)) << dtype_name(t) << " " << isa_name(isa);
+    }
+    if (!is_float(t)) continue;
+    // Row 17 is row 1 of panel 1; its first value (chain 0, position 0) is
+    // the panel's bytes [2 or 4 per value] * 1 from the panel's start.
+    const size_t e = t == DType::F32 ? 4 : 2;
+    uint8_t* v = panels.data() + panels.size() / panel_count(rows) + 1 * e;
+    v[e - 1] ^= 0x40;  // a high exponent bit: a far larger or smaller weight
+    const auto x = test::random_acts(1, cols, 53);
+    for (Isa isa : kIsas) {
+      if (!isa_supported(isa)) continue;
+      std::vector<float> y0(static_cast<size_t>(rows)), y1(y0.size());
+      matmul(w.view, x.data(), y0.data(), 1, nullptr, isa);
+      matmul(packed, x.data(), y1.data(), 1, nullptr, isa);
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(y0[r] != y1[r], r == 17) << dtype_name(t) << " row " << r << " " << isa_name(isa);
+      }
     }
   }
 }
@@ -213,17 +236,17 @@ TEST(Matmul, ThreadCountInvariance) {
   }
 }
 
-// The float prefill path blocks rows, activation rows and K (matmul.cpp):
-// every output must still be dot_canonical of its whole rows, on every ISA,
-// the scalar twin included. Shapes cross every blocking edge: K = 2131 is
-// three K blocks of up to 1024 with a 3-value tail after the last 16-value
-// step, K = 2048 two whole blocks; 70 and 71 rows are a 64-row block plus a
-// partial one ending in a 2- or 3-row tile (one thread; two threads split
-// them as 36 + 34 or 36 + 35), 43 activation rows a 32-row chunk plus a
-// partial one ending in a 3-row tile; the activations start on a cache line
-// and one float past it.
+// The float path runs one chain at a time over float panels, in blocks of
+// panels, chunks of activation rows and register tiles (matmul.cpp,
+// float_panel_kernel.h): every output must still be dot_canonical of its
+// whole rows, on every ISA, the scalar twin included. Shapes cross every
+// edge: K = 2131 = 16 * 133 + 3 has chains of two lengths, K = 2048 equal
+// ones; 70 and 71 rows are 5 panels, the last one padded (one thread; two
+// take them in chunks of one panel), 53 activation rows a 48-row chunk plus 5, in tiles of
+// 12 (AVX-512) or 6 (AVX2) and partial ones; the activations start on a
+// cache line and one float past it.
 TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
-  const int64_t m = 43;
+  const int64_t m = 53;
   ThreadPool pool(2);
   // Kept across every call below, as ForwardContext keeps it: a K = 2048 call
   // then finds the buffers of a K = 2131 one (stale contents must not count).
@@ -267,10 +290,10 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
 // earlier call (or anything else) left in it never reaches an output. Here
 // every buffer starts out filled with junk (int8 77, float NaN) and the
 // outputs must equal those of a call with fresh buffers, bit for bit, for
-// the direct kernels (m = 3), the widened rows and blocks of panels (m = 12,
-// 70); K leaves padding up to the next 256 (32, 480) or none (256). Fails
-// when the float path's zeroing of its lanes is dropped, or the integer
-// path reads a panel byte or an activation sum it did not write. The
+// decode-sized batches (m = 3) and blocks of panels (m = 12, 70); K leaves
+// padding up to the next 256 (32, 480) or none (256). Fails when the float
+// path reads a panel byte or an activation it did not write, or the
+// integer path a panel byte or an activation sum. The
 // buffers must still be the junk-filled ones after the call: a buffer
 // that grew would be fresh and prove nothing.
 TEST(Matmul, ScratchContentsNeverReachTheOutput) {
@@ -296,8 +319,7 @@ TEST(Matmul, ScratchContentsNeverReachTheOutput) {
           s.act_i.assign(n, 0x12345678);
           s.threads.resize(2);
           for (auto& ts : s.threads) {
-            ts.w.assign(n, nan);
-            ts.acc.assign(n, nan);
+            ts.out.assign(n, nan);
             ts.panels.assign(n, uint8_t{77});
           }
           std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
@@ -307,8 +329,7 @@ TEST(Matmul, ScratchContentsNeverReachTheOutput) {
           ASSERT_EQ(s.act_f.size(), n);
           ASSERT_EQ(s.act_i.size(), n);
           for (const auto& ts : s.threads) {
-            ASSERT_EQ(ts.w.size(), n);
-            ASSERT_EQ(ts.acc.size(), n);
+            ASSERT_EQ(ts.out.size(), n);
             ASSERT_EQ(ts.panels.size(), n);
           }
           EXPECT_TRUE(same_bits(y, ref))
@@ -394,9 +415,9 @@ TEST(Matmul, EdgeValuesAreIdenticalAcrossIsas) {
   }
 }
 
-// A negative product that underflows leaves a -0 lane; lanes past K must
-// keep it on every ISA (an unmasked fma(0, 0, -0) in a SIMD tail gives +0).
-// 1041, 2065: over several K blocks of the prefill path (m = 12).
+// A negative product that underflows leaves a -0 chain; no fma past a
+// chain's own values may touch it on any ISA (a padded fma(0, 0, -0) gives
+// +0). 17, 33, 1041, 2065: chains of two lengths; m = 12: prefill tiles.
 TEST(Matmul, NegativeZeroLanesSurviveFloatTails) {
   for (int64_t cols : {16, 17, 20, 33, 47, 1041, 2065}) {
     for (int64_t m : {1, 12}) {

@@ -32,11 +32,12 @@ namespace fs = std::filesystem;
 class PanelCache : public ::testing::Test {
  protected:
   // A tied Q4_K_M model (Q4_K and Q6_K matrices, the Q6_K embeddings as the
-  // output head) and a Q8_0 one, on disk.
+  // output head), a Q8_0 one and an F16 one (float panels), on disk.
   static void SetUpTestSuite() {
     dir_ = new test::TempDir;
     ThreadPool pool(2);
-    for (const auto& [name, type] : {std::pair{"qkm", "Q4_K_M"}, std::pair{"q8", "Q8_0"}}) {
+    for (const auto& [name, type] :
+         {std::pair{"qkm", "Q4_K_M"}, std::pair{"q8", "Q8_0"}, std::pair{"f16", "F16"}}) {
       SynthOptions o;
       o.preset = "tiny";
       o.seed = 5;
@@ -78,6 +79,9 @@ class PanelCache : public ::testing::Test {
     return all;
   }
   static Response generate(Engine& e) { return e.run(request(prompt_of(20, 3), 42, 12)); }
+  // Changes the first matrix's panels in the mapped file of model_path,
+  // keeps the digests matching, and checks that the output changes.
+  void forge_and_check(const std::string& model_path);
 
   static test::TempDir* dir_;
   test::TempDir tmp_;
@@ -111,16 +115,31 @@ TEST_F(PanelCache, WrittenOnceThenMappedWithTheSameBitsAsInMemory) {
   auto q8 = open(true, model("q8"));
   EXPECT_EQ(q8->info().panels, "panel cache written");
   EXPECT_NE(panel_path(*q8), panel_path(*e));
+  // Float weights are repacked too (float panels), and mapped the same way.
+  const Response f16_in_memory = generate(*open(false, model("f16")));
+  EXPECT_EQ(open(true, model("f16"))->info().panels, "panel cache written");
+  auto f16 = open(true, model("f16"));
+  EXPECT_EQ(f16->info().panels, "panel cache hit");
+  EXPECT_TRUE(same_output(f16_in_memory, generate(*f16)));
+  EXPECT_FALSE(same_output(in_memory, generate(*f16)));  // another model, other tokens
 }
 
 // A file whose panels differ but whose digests agree (as a forger, or a bug
 // in the writer, would make it) is used, and changes the output: the engine
 // multiplies with the mapped file, not with a copy of its own.
+// Both families: the integer panels (Q4_K_M) and the float ones (F16).
 TEST_F(PanelCache, TheMappedFileIsWhatTheKernelsRead) {
-  const Response original = generate(*open(true));
+  for (const std::string name : {"qkm", "f16"}) {
+    SCOPED_TRACE(name);
+    forge_and_check(model(name));
+  }
+}
+
+void PanelCache::forge_and_check(const std::string& model_path) {
+  const Response original = generate(*open(true, model_path));
   std::string path;
   {
-    auto e = open(true);
+    auto e = open(true, model_path);
     path = panel_path(*e);
   }
   std::string b = bytes_of(path);
@@ -139,7 +158,7 @@ TEST_F(PanelCache, TheMappedFileIsWhatTheKernelsRead) {
   b.replace(digest_at, 8, d);
   write_bytes(path, b);
 
-  auto e = open(true);
+  auto e = open(true, model_path);
   EXPECT_EQ(e->info().panels, "panel cache hit");
   EXPECT_FALSE(same_output(original, generate(*e)));
   EXPECT_EQ(logged(), "");
@@ -202,9 +221,10 @@ TEST_F(PanelCache, AnUnwritableDirectoryKeepsThePanelsInMemory) {
 }
 
 // Read into memory by the engine itself, the model file's bytes of every
-// repacked matrix are given back; the tied output head's are the
-// embeddings, still read, and stay (or the output would change). A File
-// shared with the caller keeps everything.
+// repacked matrix are given back; a tied quantised output head's are the
+// embeddings, still read, and stay (or the output would change), while a
+// tied float head's go back too. A File shared with the caller keeps
+// everything.
 TEST_F(PanelCache, AnEngineOwningItsFileGivesBackWhatItRepacked) {
   const auto shared = std::make_shared<const gguf::File>(gguf::File::open(model()));
   EngineOptions o = options(false, "");
@@ -224,6 +244,18 @@ TEST_F(PanelCache, AnEngineOwningItsFileGivesBackWhatItRepacked) {
   EXPECT_GT(owned->info().released_bytes, 0u);
   EXPECT_LT(owned->info().released_bytes, repacked_source);
   EXPECT_TRUE(same_output(generate(*kept), generate(*owned)));
+  // A tied F16 head: embedding lookups read its float panels (exact
+  // copies), so its bytes go back too, and the output stays the same.
+  // Fails when lookups read the given-back (zeroed) bytes, or when the
+  // head's bytes are kept (less than every matrix but the head).
+  const auto f16_file = std::make_shared<const gguf::File>(gguf::File::open(model("f16")));
+  auto f16_kept = Engine::open(f16_file, options(false, ""));
+  o = options(false, model("f16"));
+  o.fingerprint_cache_dir = tmp_.file("fp-owned-f16");
+  auto f16_owned = Engine::open(o);
+  const uint64_t f16_embd = f16_file->tensor("token_embd.weight").n_bytes;
+  EXPECT_GT(f16_owned->info().released_bytes, f16_file->file_size() - f16_embd);
+  EXPECT_TRUE(same_output(generate(*f16_kept), generate(*f16_owned)));
   // A File that gave bytes back is never shared with another engine.
   auto file = std::make_shared<gguf::File>(gguf::File::open(model()));
   file->release(file->tensor("blk.0.attn_q.weight").bytes());

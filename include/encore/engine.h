@@ -137,9 +137,9 @@ struct EngineInfo {
   std::string system_fingerprint;
   NumericsSettings numerics;  // what the system fingerprint covers besides the model and build
   double load_seconds = 0;
-  // Where the repacked quantised weights live: "memory", "panel cache hit",
-  // "panel cache written" (both mapped from panel_file), or "" for a float
-  // model (nothing repacked).
+  // Where the repacked weights live: "memory", "panel cache hit", "panel
+  // cache written" (both mapped from panel_file), or "" where nothing was
+  // repacked (a model without weight matrices of a repacked type).
   std::string panels;
   std::string panel_file;       // the panel cache file used, if any
   uint64_t panel_bytes = 0;     // the repacked weights' size

@@ -8,8 +8,8 @@
 // Ownership: a Model's weights are views into the gguf::File it was loaded
 // from; the File must outlive the Model (and every ForwardContext on it).
 // Norm vectors are copied, and repack_weights() adds a repacked copy of the
-// quantised matrices (owned by the Model, about the size of those tensors;
-// the File's copy may then be released).
+// weight matrices (owned by the Model, about the size of those tensors; the
+// File's copy may then be released).
 // Thread-safety: a Model is immutable after load() and repack_weights() or
 // adopt_panels(); any
 // number of ForwardContexts on any threads may then share it. A
@@ -79,13 +79,15 @@ class Model {
   static std::unique_ptr<Model> load(const gguf::File& file);
   ~Model();
 
-  // Repacks the quantised weight matrices the forward pass multiplies (not
-  // the token embeddings, unless they are the tied output head) into row
-  // panels (src/kernels/panel.h), owned by the Model. Without it every
+  // Repacks the weight matrices the forward pass multiplies (quantised,
+  // F32, F16, BF16; not the token embeddings, unless they are the tied
+  // output head) into row panels (src/kernels/panel.h, float_panel.h),
+  // owned by the Model. Without it every
   // matmul repacks its weights on the fly: the same bits, much slower.
   // `release`, if given, is called on this thread with each matrix's bytes
   // in the File once its panels are written, except bytes the forward pass
-  // still reads (the token embeddings, when they are the tied output head):
+  // still reads (the token embeddings, when they are a tied quantised output
+  // head; a tied float head's lookups read its panels):
   // an owner that is the File's only user lets the File give them back
   // (gguf::File::release), so the weights are held once, not twice (at the
   // peak of loading: once, plus one matrix).
@@ -104,14 +106,14 @@ class Model {
     size_t bytes = 0;   // kernels::repacked_bytes(type, rows, cols)
   };
   std::vector<PanelMatrix> panel_layout() const;
-  size_t panel_block_bytes() const;  // the block's size (0 for float models)
+  size_t panel_block_bytes() const;  // the block's size (0: nothing to repack)
   // Uses `block` ([panel_block_bytes()] laid out as panel_layout() says,
   // e.g. a mapped panel cache file) as the panels, instead of repacking or
   // in place of what repack_weights made. Call before any ForwardContext
   // uses the Model. Throws std::logic_error if `bytes` is not the block's size.
   void adopt_panels(std::shared_ptr<const uint8_t> block, size_t bytes);
   // The panels in use ([repacked_bytes()]; nullptr before repack_weights or
-  // adopt_panels, or for float models), and their size.
+  // adopt_panels), and their size.
   const uint8_t* panels() const { return repacked_.get(); }
   size_t repacked_bytes() const { return repacked_bytes_; }
   Model(const Model&) = delete;
@@ -140,6 +142,9 @@ class Model {
   // What repack_weights repacks, in order (views of weights_, which a const
   // Model does not make const: only repack and adopt write through them).
   std::vector<kernels::WeightView*> panel_views() const;
+  // True when the output head is the token embeddings (tied) and of a float
+  // type: embedding lookups can then read its panels instead of the File.
+  bool tied_float_head() const;
   std::shared_ptr<const uint8_t>
       repacked_;  // [repacked_bytes_] the panels of every matrix (mmap'd)
   size_t repacked_bytes_ = 0;

@@ -149,7 +149,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& options) {
   return engine;
 }
 
-// The model's quantised matrices repacked into panels (src/kernels/panel.h):
+// The model's matrices repacked into panels (src/kernels/panel.h, float_panel.h):
 // with mmap, mapped from the panel cache file that the host's processes
 // share; else in memory. An engine that is its File's only user releases the
 // file's copy of what it repacked, so the weights are held once.

@@ -33,8 +33,9 @@ inline constexpr int kCanonicalOrder = 2;
 
 // The version of the byte layout of repacked panels (panel.h): the key of
 // files that hold them (src/model/panel_file.h). A new layout with the same
-// numerics changes this, not kCanonicalOrder.
-inline constexpr int kPanelLayout = 1;
+// numerics changes this, not kCanonicalOrder. 1: integer types only; 2: F32,
+// F16 and BF16 in float panels too (float_panel.h).
+inline constexpr int kPanelLayout = 2;
 
 // Below this many multiply-adds a job is cheaper to run on the calling thread
 // than to hand out (waking workers costs microseconds). Only speed depends on
@@ -53,9 +54,10 @@ struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_bytes = 0;
-  // Optional, integer types only: the same matrix repacked into row panels
-  // (repack_panels below), which matmul then reads instead of `data`.
-  // Without it matmul repacks on the fly (the same bits, more work per call).
+  // Optional, for the types with repacked_bytes > 0 (the integer types and
+  // F32/F16/BF16): the same matrix repacked into row panels (repack_panels
+  // below), which matmul then reads instead of `data`. Without it matmul
+  // repacks on the fly (the same bits, more work per call).
   const uint8_t* panels = nullptr;  // [ceil(rows / 16), panel_bytes]
 };
 
@@ -66,21 +68,20 @@ struct WeightView {
 // first (the integer path's zero padding included), so nothing passes from
 // one call to the next. Grows to the largest call seen (Kp: K rounded up to
 // 256):
-// - float prefill path (F32, F16, BF16 beyond a few activation rows): per
-//   pool thread 64 * (K + 32) + 32 * 64 * 16 floats, plus one copy of the
-//   activations, m * (K + 32) floats;
+// - float path: the activations in chain order, m * (K + 32) floats, and
+//   per pool thread 48 * (rows of a block of panels, ~256 KiB of them)
+//   floats of outputs, plus for a view without repacked panels that block;
 // - integer path: the quantised activations, m * Kp bytes + m * Kp / 16
 //   floats + m * Kp / 16 int32, and for a view without repacked panels, per
 //   pool thread up to 4 panels (4 * 16 rows of about the weights' own size).
 // Not thread-safe: one matmul call at a time per scratch.
 struct MatmulScratch {
   struct PerThread {
-    std::vector<float> w;         // [rows per block, K + 32] widened weight rows
-    std::vector<float> acc;       // [chunk / 4 * tiles per block][16 pairs][16 lanes]
+    std::vector<float> out;       // [chunk, rows of a block] float outputs
     std::vector<uint8_t> panels;  // [panels per block, panel bytes] repacked on the fly
   };
   std::vector<PerThread> threads;  // [pool size], by ThreadPool's `thread` index
-  std::vector<float> x;            // [m, K + 32] the activations on 64-byte aligned rows
+  std::vector<float> x;            // [m, K + 32] the activations in chain order
   std::vector<int8_t> act_q;       // [m, Kp] quantised activations
   std::vector<float> act_f;        // [2][m, Kp / 32] their scales and sums
   std::vector<int32_t> act_i;      // [m, Kp / 16] their integer sums per 16 values
@@ -97,16 +98,18 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool
 // quantised types); false when it widens them to float and uses FMA.
 bool matmul_uses_int8(DType t);
 
-// Bytes of the repacked panels of a rows x cols matrix of type t, or 0 where
-// matmul reads the type as it is (the float types).
+// Bytes of the repacked panels of a rows x cols matrix of type t (every
+// type matmul takes: the integer types and F32/F16/BF16), else 0.
 size_t repacked_bytes(DType t, int64_t rows, int64_t cols);
-// Repacks w (an integer type) into dst: [repacked_bytes(...)], panels
+// Repacks w (a type with repacked_bytes > 0) into dst: [repacked_bytes(...)], panels
 // [p_begin, p_end) only (so a caller can split the work across threads).
 void repack_panels(const WeightView& w, uint8_t* dst, int64_t p_begin, int64_t p_end);
 // The panels of a matrix of `rows` rows (the last one padded).
 int64_t panel_count(int64_t rows);
 
 // Dequantises row `row` of `w` into out: [w.cols]. Used for embedding lookup.
+// Reads a float view's panels where it has them (a tied output head whose
+// file bytes were given back), else its rows.
 void get_row(const WeightView& w, int64_t row, float* out);
 
 }  // namespace encore::kernels

@@ -6,10 +6,14 @@
 // y[i][r] is defined by the scalar twin (matmul_scalar.cpp); the AVX2 and
 // AVX-512 kernels compute exactly the same operations. Two families:
 //
-// Float weights (F32, F16, BF16, and the fallback for any other type that
-// dequantize_row handles): the row is widened exactly (fallback: dequantised
-// by dequantize_row) to f32 and y = dot_canonical(w_row, x_row, K) from
-// canonical.h (16 lanes i % 16, fma, reduce16). Activations stay float.
+// Float weights (F32, F16, BF16): the row is widened exactly to f32 and
+// y = dot_canonical(w_row, x_row, K) from canonical.h: 16 interleaved fma
+// chains (chain j over k = j (mod 16), in k order, from +0), then the fixed
+// tree reduce16. Activations stay float.
+// This is order v2's "fixed number of interleaved chains" with C = 16, the
+// same numbers as v1 (where the chains were the lanes of one register): the
+// kernels now hold rows in SIMD lanes over float panels (float_panel.h) and
+// run one chain at a time, so float bits did not change with v2.
 //
 // Integer weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), order v2
 // (SIMD lanes hold different output rows, never parts of one output):
@@ -47,8 +51,9 @@
 // Finally every NaN output is written as the quiet NaN 0x7fc00000, so NaN
 // payloads (which differ between libm's fmaf and vfmadd) never show.
 // Float accumulators CAN become -0 (an underflowed negative product), so
-// float tails never touch lanes past K (masked fma / blend). On the integer
-// path K is a whole number of blocks, so nothing is padded along K; a
+// no chain ever runs past its own values (a padded fma(0, x, -0) would make
+// it +0): float panels give each chain exactly its length. On the integer
+// path K is a whole number of blocks, so nothing is padded along K. A
 // panel's padded rows only fill lanes whose outputs are dropped.
 // ================================================================================
 #pragma once
@@ -63,10 +68,9 @@ namespace encore::kernels::mm {
 
 inline constexpr int64_t kGroup = 32;   // values per activation group
 inline constexpr int64_t kPadTo = 256;  // K is padded to a multiple of this
-inline constexpr int kMaxTileR = 4;     // weight rows per float register tile
-inline constexpr int kMaxTileC = 4;     // activation rows per register tile
-// Batches of up to kDecodeRows activation rows (decode, up to 8 streams)
-// read F16/BF16 rows in place where a table can.
+inline constexpr int kMaxTileC = 4;     // activation rows per integer register tile
+// Batches of up to kDecodeRows activation rows (decode, up to 8 streams):
+// one contiguous range of panels per thread.
 inline constexpr int64_t kDecodeRows = 8;
 
 // The inline helpers of this header sit in an anonymous namespace: it is
@@ -111,27 +115,12 @@ struct IsaKernels {
   // prefetch the bytes of the panel after it.
   void (*panel_tile)(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C,
                      float* out);
-  // Float tile, one block of K: continues the 16 lanes of dot_canonical
-  // (canonical.h) of weight row w + r * w_stride with activation row
-  // x + c * x_stride over their next k values, acc: [C * R][16] (pair
-  // (r, c) at acc + 16 * (c * R + r)), in and out. The block must start at
-  // a multiple of 16 within the rows, so lane l of the block is lane l of
-  // the whole dot product. acc is scratch the kernel may always write.
-  // `first` (the first block): the lanes start at +0 and acc is not read.
-  // With out set (the last block) writes out[c * R + r] = reduce16 of the
-  // pair's lanes, and acc's contents are then unspecified (kernels may
-  // reduce from registers without storing the lanes). Lanes past k are left
-  // as they are (a -0 lane stays -0).
-  void (*float_tile)(int R, int C, const float* w, int64_t w_stride, const float* x,
-                     int64_t x_stride, int64_t k, bool first, float* acc, float* out);
-  // Widens a row of F16/BF16 (exact) or F32 into dst: [k].
-  void (*widen)(DType t, const uint8_t* src, int64_t k, float* dst);
-  // Optional (null, or false from has_direct_float = widen + float_tile):
-  // the float_tile result read straight from R rows of F16/BF16 weights
-  // (row_bytes apart), for small batches. Same operations, same bits.
-  bool (*has_direct_float)(DType t, int64_t m) = nullptr;
-  void (*direct_float_tile)(DType t, int R, int C, const uint8_t* w, size_t row_bytes,
-                            const float* x, int64_t x_stride, int64_t k, float* out) = nullptr;
+  // Float panels (float_panel.h) of element type elem: out[c * 16 np + r]
+  // = dot_canonical (canonical.h) of row r of the np panels at `panels`
+  // (pbytes apart) with activation row c < m of xp (chain-ordered, xs
+  // floats apart), before NaN canonicalisation.
+  void (*float_panels)(DType elem, const uint8_t* panels, size_t pbytes, int64_t np, int64_t k,
+                       const float* xp, int64_t xs, int64_t m, float* out);
 };
 
 namespace {  // see padded_k
@@ -158,7 +147,6 @@ void panel_tile_avx2(DType t, const uint8_t* panel, int64_t k, const ActRows& a,
                      float* out);
 void panel_tile_avx512(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0,
                        int C, float* out);
-void widen_scalar(DType t, const uint8_t* src, int64_t k, float* dst);
 // The fixed activation-group rule above for one group whose integer abs-max
 // bits are `ab`: writes q[32], returns da (asum via *asum).
 void quantize_group_scalar(const float* x, uint32_t ab, int8_t* q, float* da, float* asum);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/canonical.h"
+#include "kernels/float_panel.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/panel.h"
@@ -182,16 +183,6 @@ void decode_scalar(DType t, const uint8_t* src, int64_t k, const DecRows& dr, in
   }
 }
 
-void widen_scalar(DType t, const uint8_t* src, int64_t k, float* dst) {
-  if (t == DType::F16) {
-    for (int64_t i = 0; i < k; ++i) dst[i] = fp16_to_f32(rd16(src + 2 * i));
-  } else if (t == DType::BF16) {
-    for (int64_t i = 0; i < k; ++i) dst[i] = bf16_to_f32(rd16(src + 2 * i));
-  } else {
-    dequantize_row(t, src, dst, k);  // F32 copy, or the fallback for other types
-  }
-}
-
 namespace {
 
 // The order of matmul_internal.h, one output at a time.
@@ -220,14 +211,31 @@ void panel_tile_scalar(DType t, const uint8_t* panel, int64_t k, const ActRows& 
   }
 }
 
-void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const float* x,
-                       int64_t x_stride, int64_t k, bool first, float* acc, float* out) {
-  if (first) std::fill_n(acc, kDotLanes * R * C, 0.0f);
-  for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) {
-      float* lanes = acc + kDotLanes * (c * R + r);  // [16], dot_canonical's acc
-      fma_lanes(lanes, w + r * w_stride, x + c * x_stride, k);
-      if (out != nullptr) out[c * R + r] = reduce16(lanes);
+// dot_canonical (canonical.h) of each panel row with each activation row,
+// read from the float panels' chains (float_panel.h).
+void float_panels_scalar(DType elem, const uint8_t* panels, size_t pbytes, int64_t np, int64_t k,
+                         const float* xp, int64_t xs, int64_t m, float* out) {
+  const size_t e = elem == DType::F32 ? 4 : 2;
+  auto weight = [&](const uint8_t* panel, int64_t pos, int r) {
+    const uint8_t* v = panel + (static_cast<size_t>(pos) * kChains + r) * e;
+    if (elem == DType::F16) return fp16_to_f32(rd16(v));
+    if (elem == DType::BF16) return bf16_to_f32(rd16(v));
+    float f;
+    std::memcpy(&f, v, 4);
+    return f;
+  };
+  for (int64_t c = 0; c < m; ++c) {
+    for (int64_t p = 0; p < np; ++p) {
+      for (int r = 0; r < kChains; ++r) {
+        float acc[kChains] = {};
+        for (int j = 0; j < kChains; ++j) {
+          const int64_t s = chain_start(k, j), n = chain_length(k, j);
+          for (int64_t t = 0; t < n; ++t) {
+            acc[j] = std::fma(weight(panels + p * pbytes, s + t, r), xp[c * xs + s + t], acc[j]);
+          }
+        }
+        out[c * np * kChains + p * kChains + r] = reduce16(acc);
+      }
     }
   }
 }
@@ -235,8 +243,7 @@ void float_tile_scalar(int R, int C, const float* w, int64_t w_stride, const flo
 }  // namespace
 
 const IsaKernels& scalar_kernels() {
-  static const IsaKernels k{quantize_act_scalar, panel_tile_scalar, float_tile_scalar,
-                            widen_scalar};
+  static const IsaKernels k{quantize_act_scalar, panel_tile_scalar, float_panels_scalar};
   return k;
 }
 

@@ -12,9 +12,11 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/matmul_internal.h"
 #include "kernels/panel.h"
@@ -238,25 +240,15 @@ void tiles(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C,
     tile<V, kVals, kScales, kMin, kBias, 1, kRegs>(panel, k, a, i0, 0, out);
     return;
   }
+  using Fn = void (*)(const uint8_t*, int64_t, const ActRows&, int64_t, int, float*);
+  static constexpr auto kTable = []<int... Cs>(std::integer_sequence<int, Cs...>) {
+    return std::array<Fn, sizeof...(Cs)>{&tile<V, kVals, kScales, kMin, kBias, Cs + 1, 1>...};
+  }
+  (std::make_integer_sequence<int, V::kMaxC>{});
   for (int h = 0; h < kRegs; ++h) {
     for (int c0 = 0; c0 < C; c0 += V::kMaxC) {
-      float* o = out + c0 * kRows;
-      switch (C - c0 >= V::kMaxC ? V::kMaxC : C - c0) {
-        case 1:
-          tile<V, kVals, kScales, kMin, kBias, 1, 1>(panel, k, a, i0 + c0, h, o);
-          break;
-        case 2:
-          tile<V, kVals, kScales, kMin, kBias, 2, 1>(panel, k, a, i0 + c0, h, o);
-          break;
-        case 3:
-          if constexpr (V::kMaxC >= 3)
-            tile<V, kVals, kScales, kMin, kBias, 3, 1>(panel, k, a, i0 + c0, h, o);
-          break;
-        default:
-          if constexpr (V::kMaxC >= 4)
-            tile<V, kVals, kScales, kMin, kBias, 4, 1>(panel, k, a, i0 + c0, h, o);
-          break;
-      }
+      const int n = C - c0 >= V::kMaxC ? V::kMaxC : C - c0;
+      kTable[n - 1](panel, k, a, i0 + c0, h, out + c0 * kRows);
     }
   }
 }

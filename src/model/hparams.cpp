@@ -186,8 +186,9 @@ kernels::WeightView TensorReader::matrix(const std::string& name, int64_t cols, 
   const gguf::TensorInfo& t = find(name);
   check_shape(t, {cols, rows}, what);
   check_type(t);
-  // F32 matrices are read in place as floats (the other types are copied out
-  // block by block), and a file may declare general.alignment 1 or 2.
+  // A file may declare general.alignment 1 or 2; F32 matrices are still
+  // required to be float-aligned (they were once read in place as floats,
+  // and other readers of the file may do so).
   if (t.type == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) != 0) {
     throw ModelError(fmt::format(
         "{}: tensor '{}' (F32) starts at byte {}, which is not a multiple of 4 "

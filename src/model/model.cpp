@@ -91,6 +91,12 @@ std::vector<Model::PanelMatrix> Model::panel_layout() const {
 
 size_t Model::panel_block_bytes() const { return block_bytes(panel_layout()); }
 
+bool Model::tied_float_head() const {
+  const kernels::WeightView &embd = weights_->token_embd, &out = weights_->output;
+  return out.data == embd.data && kernels::repacked_bytes(out.type, out.rows, out.cols) > 0 &&
+         !kernels::matmul_uses_int8(out.type);
+}
+
 void Model::adopt_panels(std::shared_ptr<const uint8_t> block, size_t bytes) {
   const std::vector<PanelMatrix> layout = panel_layout();
   const size_t want = block_bytes(layout);
@@ -100,6 +106,9 @@ void Model::adopt_panels(std::shared_ptr<const uint8_t> block, size_t bytes) {
   }
   const std::vector<kernels::WeightView*> views = panel_views();
   for (size_t i = 0; i < views.size(); ++i) views[i]->panels = block.get() + layout[i].offset;
+  // A tied float head's embedding lookups read its panels (exact copies), so
+  // its file bytes can be given back like any other matrix's.
+  if (tied_float_head()) weights_->token_embd.panels = weights_->output.panels;
   repacked_ = std::move(block);
   repacked_bytes_ = bytes;
 }
@@ -129,8 +138,11 @@ void Model::repack_weights(ThreadPool& pool,
     uint8_t* dst = static_cast<uint8_t*>(mem) + layout[i].offset;
     pool.parallel_for(kernels::panel_count(v.rows),
                       [&](int64_t p0, int64_t p1, int) { kernels::repack_panels(v, dst, p0, p1); });
-    // The tied output head's bytes are the embeddings, which stay in use.
-    if (release && v.data != embd) release({v.data, static_cast<size_t>(v.rows) * v.row_bytes});
+    // A tied quantised head's bytes are the embeddings, which lookups still
+    // read (a float one's lookups read its panels: adopt_panels).
+    if (release && (v.data != embd || tied_float_head())) {
+      release({v.data, static_cast<size_t>(v.rows) * v.row_bytes});
+    }
   }
   adopt_panels(std::move(block), total);
 }

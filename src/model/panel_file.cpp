@@ -317,7 +317,7 @@ PanelCacheUse use_panel_cache(Model& model, ThreadPool& pool, const std::string&
   };
   const std::vector<Model::PanelMatrix> layout = model.panel_layout();
   const size_t bytes = model.panel_block_bytes();
-  if (bytes == 0) return use;  // a float model: nothing to repack
+  if (bytes == 0) return use;  // nothing to repack
   std::error_code ec;
   if (fs::exists(path, ec)) {
     std::string why;
