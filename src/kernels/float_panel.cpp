@@ -56,15 +56,15 @@ void float_panel_row(const WeightView& w, int64_t row, float* out) {
   }
 }
 
-void chain_order(const float* x, int64_t k, float* dst) {
+void chain_order(const float* x, int64_t k, float* dst, int64_t stride) {
   int64_t start[kChains];  // [16] each chain's first position
   for (int j = 0; j < kChains; ++j) start[j] = chain_start(k, j);
   const int64_t q = k / kChains;
   // Whole steps of 16 values read in order, one value to each chain.
   for (int64_t t = 0; t < q; ++t) {
-    for (int j = 0; j < kChains; ++j) dst[start[j] + t] = x[kChains * t + j];
+    for (int j = 0; j < kChains; ++j) dst[(start[j] + t) * stride] = x[kChains * t + j];
   }
-  for (int j = 0; j < k % kChains; ++j) dst[start[j] + q] = x[kChains * q + j];
+  for (int j = 0; j < k % kChains; ++j) dst[(start[j] + q) * stride] = x[kChains * q + j];
 }
 
 }  // namespace encore::kernels::mm

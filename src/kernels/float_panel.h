@@ -16,7 +16,9 @@
 //   position s_j + t holds value k = j + 16 t of rows 16p .. 16p + 15,
 // stored with the weight type's own bits (F32, F16, BF16: 4 or 2 bytes;
 // exact), so a position is 64 or 32 bytes. Panels are padded to 64 bytes.
-// Activation rows are permuted the same way once per matmul (chain_order).
+// Activation rows are permuted the same way once per matmul (chain_order),
+// and interleaved in groups of kActGroup rows: value at position s of row i
+// of a batch at xp[(i / kActGroup) * xs + s * kActGroup + i % kActGroup].
 //
 // Cost: repacking is O(rows * cols), scalar. Thread-safety: pure functions.
 #pragma once
@@ -30,6 +32,10 @@
 namespace encore::kernels::mm {
 
 inline constexpr int kChains = 16;  // canonical.h's kDotLanes
+// Activation rows are interleaved in groups of this many (a multiple of
+// every ISA's tile of activation rows): a kernel's tile then reads position
+// s of its rows side by side, at fixed offsets from one pointer.
+inline constexpr int kActGroup = 12;
 
 // True for the types of the float path (F32, F16, BF16).
 bool is_float_panel_type(DType t);
@@ -54,7 +60,8 @@ void repack_float_panel(const WeightView& w, int64_t p, uint8_t* dst);
 // tied output head whose file bytes were given back).
 void float_panel_row(const WeightView& w, int64_t row, float* out);
 
-// dst[s_j + t] = x[j + 16 t]: the chain order of a row of k values.
-void chain_order(const float* x, int64_t k, float* dst);
+// dst[(s_j + t) * stride] = x[j + 16 t]: the chain order of a row of k
+// values (stride kActGroup into a group of interleaved rows).
+void chain_order(const float* x, int64_t k, float* dst, int64_t stride);
 
 }  // namespace encore::kernels::mm

@@ -51,11 +51,12 @@ struct Elem {
 
 // Registers [g0, g0 + NR) of a block of panels (register g = rows
 // [g kW, g kW + kW) of the block; panels pbytes apart) times activation
-// rows [0, C) of xp (chain-ordered, xs floats apart):
+// rows [0, C) at x (chain-ordered and interleaved, float_panel.h: row c's
+// position s at x[s * kActGroup + c], all C rows in one group):
 // out[c * ld + g * kW + l] for g in the tile, before NaN canonicalisation.
 template <class V, DType kElem, int NR, int C>
-void tile(const uint8_t* panels, size_t pbytes, int g0, int64_t k, const float* xp, int64_t xs,
-          float* out, int64_t ld) {
+void tile(const uint8_t* panels, size_t pbytes, int g0, int64_t k, const float* xp, float* out,
+          int64_t ld) {
   using F = typename V::F;
   using E = Elem<V, kElem>;
   constexpr int kPerPanel = kChains / V::kW;
@@ -76,7 +77,7 @@ void tile(const uint8_t* panels, size_t pbytes, int g0, int64_t k, const float* 
       for (int c = 0; c < C; ++c) acc[h][c] = V::zero();
     const uint8_t* w[NR];
     for (int h = 0; h < NR; ++h) w[h] = base[h] + static_cast<size_t>(s) * kPos;
-    const float* x = xp + s;
+    const float* x = xp + s * kActGroup;
     for (int64_t t = 0; t < n; ++t) {
       F wv[NR];
       for (int h = 0; h < NR; ++h) {
@@ -87,7 +88,7 @@ void tile(const uint8_t* panels, size_t pbytes, int g0, int64_t k, const float* 
         wv[h] = E::load(p);
       }
       for (int c = 0; c < C; ++c) {
-        const F b = V::set1(x[c * xs + t]);
+        const F b = V::set1(x[t * kActGroup + c]);
         for (int h = 0; h < NR; ++h) acc[h][c] = V::fma(wv[h], b, acc[h][c]);
       }
     }
@@ -107,8 +108,7 @@ void tile(const uint8_t* panels, size_t pbytes, int g0, int64_t k, const float* 
   }
 }
 
-using TileFn = void (*)(const uint8_t*, size_t, int, int64_t, const float*, int64_t, float*,
-                        int64_t);
+using TileFn = void (*)(const uint8_t*, size_t, int, int64_t, const float*, float*, int64_t);
 
 // The tiles that fit V's accumulator budget (null for the others, which are
 // not even compiled).
@@ -155,7 +155,8 @@ void block(const uint8_t* panels, size_t pbytes, int64_t np, int64_t k, const fl
     const int nr = regs_for<V>(C);
     for (int g = 0; g < n_regs; g += nr) {
       const int NR = n_regs - g < nr ? n_regs - g : nr;
-      kTable[NR - 1][C - 1](panels, pbytes, g, k, xp + c0 * xs, xs, out + c0 * ld, ld);
+      const float* x = xp + c0 / kActGroup * xs + c0 % kActGroup;
+      kTable[NR - 1][C - 1](panels, pbytes, g, k, x, out + c0 * ld, ld);
     }
   }
 }

@@ -141,18 +141,24 @@ float* grow_aligned(std::vector<float>& v, int64_t n) { return align64(grow(v, n
 // stay in L1/L2 across the block's panels). Only speed depends on them.
 constexpr size_t kFloatBlockBytes = size_t{256} << 10;
 constexpr int64_t kFloatChunk = 48;
+static_assert(kFloatChunk % mm::kActGroup == 0, "chunks start on a group of rows");
 
 void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
                   const IsaKernels& kt, MatmulScratch& s) {
   const int64_t rows = w.rows, cols = w.cols;
   const DType elem = w.type;
   assert(mm::is_float_panel_type(elem));
-  // The activations in chain order (float_panel.h), on 64-byte aligned rows
-  // padded by 16 floats (rows of 2^n floats would share L1 sets).
-  const int64_t xs = round_up(cols, kDotLanes) + kDotLanes;
-  float* const xp = grow_aligned(s.x, m * xs);  // [m, xs]
+  // The activations in chain order, interleaved in groups of kActGroup rows
+  // (float_panel.h), groups 64-byte aligned and padded by 16 floats (strides
+  // of 2^n floats would share L1 sets).
+  const int64_t xs = round_up(cols * mm::kActGroup, kDotLanes) + kDotLanes;
+  const int64_t n_groups = (m + mm::kActGroup - 1) / mm::kActGroup;
+  float* const xp = grow_aligned(s.x, n_groups * xs);  // [groups, xs]
   auto order = [&](int64_t i0, int64_t i1, int) {
-    for (int64_t i = i0; i < i1; ++i) mm::chain_order(x + i * cols, cols, xp + i * xs);
+    for (int64_t i = i0; i < i1; ++i) {
+      mm::chain_order(x + i * cols, cols, xp + i / mm::kActGroup * xs + i % mm::kActGroup,
+                      mm::kActGroup);
+    }
   };
   // Prefill-sized batches permute on every thread (on one, the others
   // waited ~5 % of an F16 prefill for it).
@@ -188,7 +194,7 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
       const int64_t nr = std::min(np * mm::kPanelRows, rows - r0);
       for (int64_t i0 = 0; i0 < m; i0 += chunk) {
         const int64_t C = std::min(chunk, m - i0);
-        kt.float_panels(elem, base, pbytes, np, cols, xp + i0 * xs, xs, C, out);
+        kt.float_panels(elem, base, pbytes, np, cols, xp + i0 / mm::kActGroup * xs, xs, C, out);
         for (int64_t c = 0; c < C; ++c) {
           const float* o = out + c * np * mm::kPanelRows;
           float* yc = y + (i0 + c) * rows + r0;

@@ -117,8 +117,9 @@ struct IsaKernels {
                      float* out);
   // Float panels (float_panel.h) of element type elem: out[c * 16 np + r]
   // = dot_canonical (canonical.h) of row r of the np panels at `panels`
-  // (pbytes apart) with activation row c < m of xp (chain-ordered, xs
-  // floats apart), before NaN canonicalisation.
+  // (pbytes apart) with activation row c < m of xp (chain-ordered and
+  // interleaved in groups of kActGroup rows, xs floats apart: float_panel.h),
+  // before NaN canonicalisation.
   void (*float_panels)(DType elem, const uint8_t* panels, size_t pbytes, int64_t np, int64_t k,
                        const float* xp, int64_t xs, int64_t m, float* out);
 };

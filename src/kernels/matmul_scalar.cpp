@@ -231,7 +231,8 @@ void float_panels_scalar(DType elem, const uint8_t* panels, size_t pbytes, int64
         for (int j = 0; j < kChains; ++j) {
           const int64_t s = chain_start(k, j), n = chain_length(k, j);
           for (int64_t t = 0; t < n; ++t) {
-            acc[j] = std::fma(weight(panels + p * pbytes, s + t, r), xp[c * xs + s + t], acc[j]);
+            const float x = xp[c / kActGroup * xs + (s + t) * kActGroup + c % kActGroup];
+            acc[j] = std::fma(weight(panels + p * pbytes, s + t, r), x, acc[j]);
           }
         }
         out[c * np * kChains + p * kChains + r] = reduce16(acc);
