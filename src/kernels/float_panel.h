@@ -39,6 +39,8 @@ inline constexpr int kActGroup = 12;
 
 // True for the types of the float path (F32, F16, BF16).
 bool is_float_panel_type(DType t);
+// Bytes of one stored value of a float path type.
+constexpr size_t float_elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 // Bytes of one float panel of k values per row of type t.
 size_t float_panel_bytes(DType t, int64_t k);
 
@@ -54,6 +56,10 @@ inline int64_t chain_length(int64_t k, int j) { return k / kChains + (j < k % kC
 // Writes float panel p of w (is_float_panel_type) into dst:
 // [float_panel_bytes(w.type, w.cols)], every byte of it.
 void repack_float_panel(const WeightView& w, int64_t p, uint8_t* dst);
+
+// The value at position pos of row r of a float panel of type t, widened
+// exactly (the scalar twin's view of the layout).
+float float_panel_value(DType t, const uint8_t* panel, int64_t pos, int r);
 
 // Row `row` of w (is_float_panel_type) read back from its float panels
 // w.panels, widened exactly into out: [w.cols] (the embedding lookup of a

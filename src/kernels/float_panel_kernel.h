@@ -37,7 +37,7 @@ constexpr size_t kPrefetch = 4096;
 // V::kW stored values of one position (rows side by side), widened exactly.
 template <class V, DType kElem>
 struct Elem {
-  static constexpr size_t kBytes = kElem == DType::F32 ? 4 : 2;
+  static constexpr size_t kBytes = float_elem_bytes(kElem);
   static typename V::F load(const uint8_t* p) {
     if constexpr (kElem == DType::F32) {
       return V::load(reinterpret_cast<const float*>(p));
@@ -144,6 +144,8 @@ constexpr int regs_for(int C) {
 template <class V, DType kElem>
 void block(const uint8_t* panels, size_t pbytes, int64_t np, int64_t k, const float* xp, int64_t xs,
            int64_t m, float* out) {
+  static_assert(kActGroup % V::kFloatC == 0 && V::kFloatCMax <= kActGroup,
+                "every tile of activation rows lies within one interleaved group");
   static constexpr auto kTable = table_of<V, kElem>(std::make_integer_sequence<int, V::kFloatNR>{});
   const int n_regs = static_cast<int>(np) * (kChains / V::kW);
   const int64_t ld = np * kChains;

@@ -66,6 +66,17 @@ int64_t panels_per_block(int64_t m) { return m <= mm::kDecodeRows ? 1 : 4; }
 // 4 chunks measured no faster there). Only speed depends on it.
 constexpr int kChunksPerThread = 4;
 
+// run(p_begin, p_end, thread) over [0, n_panels) on the pool (in chunks
+// beyond decode-sized batches of m rows), or on the caller for small work.
+void run_panels(int64_t n_panels, int64_t work, int64_t m, ThreadPool* pool,
+                const ThreadPool::RangeFn& run) {
+  if (pool == nullptr || pool->size() == 1 || work < kMinParallelWork) {
+    run(0, n_panels, 0);
+  } else {
+    pool->parallel_for(n_panels, run, m <= mm::kDecodeRows ? 1 : kChunksPerThread);
+  }
+}
+
 void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
                 const IsaKernels& kt, MatmulScratch& s) {
   const int64_t rows = w.rows, cols = w.cols;
@@ -125,11 +136,7 @@ void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, Thread
       }
     }
   };
-  if (pool == nullptr || pool->size() == 1 || rows * cols * m < kMinParallelWork) {
-    run(0, n_panels, 0);
-  } else {
-    pool->parallel_for(n_panels, run, m <= mm::kDecodeRows ? 1 : kChunksPerThread);
-  }
+  run_panels(n_panels, rows * cols * m, m, pool, run);
 }
 
 // n floats of v, 64-byte aligned.
@@ -203,11 +210,7 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
       }
     }
   };
-  if (pool == nullptr || pool->size() == 1 || rows * cols * m < kMinParallelWork) {
-    run(0, n_panels, 0);
-  } else {
-    pool->parallel_for(n_panels, run, m <= mm::kDecodeRows ? 1 : kChunksPerThread);
-  }
+  run_panels(n_panels, rows * cols * m, m, pool, run);
 }
 
 }  // namespace

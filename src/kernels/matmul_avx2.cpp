@@ -74,7 +74,6 @@ struct VF256 : avx2::Vec {
   static constexpr int kFloatNR = 4;
   static constexpr int kFloatC = 6;
   static constexpr int kFloatCMax = 8;
-  static_assert(kActGroup % kFloatC == 0 && kFloatCMax <= kActGroup, "tiles within a group");
 };
 
 }  // namespace

@@ -17,7 +17,6 @@ struct VF512 : avx512::Vec {
   static constexpr int kFloatNR = 4;
   static constexpr int kFloatC = 12;
   static constexpr int kFloatCMax = 12;
-  static_assert(kActGroup % kFloatC == 0 && kFloatCMax <= kActGroup, "tiles within a group");
 };
 
 }  // namespace

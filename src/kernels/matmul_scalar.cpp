@@ -215,15 +215,6 @@ void panel_tile_scalar(DType t, const uint8_t* panel, int64_t k, const ActRows& 
 // read from the float panels' chains (float_panel.h).
 void float_panels_scalar(DType elem, const uint8_t* panels, size_t pbytes, int64_t np, int64_t k,
                          const float* xp, int64_t xs, int64_t m, float* out) {
-  const size_t e = elem == DType::F32 ? 4 : 2;
-  auto weight = [&](const uint8_t* panel, int64_t pos, int r) {
-    const uint8_t* v = panel + (static_cast<size_t>(pos) * kChains + r) * e;
-    if (elem == DType::F16) return fp16_to_f32(rd16(v));
-    if (elem == DType::BF16) return bf16_to_f32(rd16(v));
-    float f;
-    std::memcpy(&f, v, 4);
-    return f;
-  };
   for (int64_t c = 0; c < m; ++c) {
     for (int64_t p = 0; p < np; ++p) {
       for (int r = 0; r < kChains; ++r) {
@@ -232,7 +223,8 @@ void float_panels_scalar(DType elem, const uint8_t* panels, size_t pbytes, int64
           const int64_t s = chain_start(k, j), n = chain_length(k, j);
           for (int64_t t = 0; t < n; ++t) {
             const float x = xp[c / kActGroup * xs + (s + t) * kActGroup + c % kActGroup];
-            acc[j] = std::fma(weight(panels + p * pbytes, s + t, r), x, acc[j]);
+            const float w = float_panel_value(elem, panels + p * pbytes, s + t, r);
+            acc[j] = std::fma(w, x, acc[j]);
           }
         }
         out[c * np * kChains + p * kChains + r] = reduce16(acc);
