@@ -219,18 +219,60 @@ TEST(Matmul, BatchInvariance) {
   }
 }
 
+// m = 5: decode-sized (activations prepared on the caller, one range of
+// panels per thread); m = 20: prefill-sized (activations prepared on every
+// thread, panels taken in chunks).
 TEST(Matmul, ThreadCountInvariance) {
   ThreadPool p1(1), p2(2), p3(3);
   for (DType t : kTypes) {
     const int64_t cols = is_float(t) ? 172 : 512;
     const Weights w = make_weights(t, 37, cols, 5);  // 37 * 512 * 5 > kMinParallelWork
-    const auto x = test::random_acts(5, cols, 6);
+    for (int64_t m : {int64_t{5}, int64_t{20}}) {
+      const auto x = test::random_acts(m, cols, 6);
+      for (Isa isa : kIsas) {
+        if (!isa_supported(isa)) continue;
+        const auto ref = run(w, x, m, isa, nullptr);
+        for (ThreadPool* p : {&p1, &p2, &p3}) {
+          EXPECT_TRUE(same_bits(run(w, x, m, isa, p), ref))
+              << dtype_name(t) << " m=" << m << " threads=" << p->size()
+              << " isa=" << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+// matmul_many (Q/K/V, gate/up) prepares the activations once and splits the
+// matrices' panels, laid end to end, across the threads in one pass: each
+// output must still be its own matmul's bits, for integer and float
+// matrices mixed in one call, decode- and prefill-sized batches, a range of
+// panels that crosses from one matrix into the next (2 and 3 threads), and
+// row counts that pad their last panel.
+TEST(Matmul, ManyMatricesOfOneInputEqualOneCallEach) {
+  ThreadPool p2(2), p3(3);
+  const int64_t cols = 512;
+  std::vector<Weights> ws;
+  ws.push_back(make_weights(DType::Q4_K, 40, cols, 11));
+  ws.push_back(make_weights(DType::F16, 13, cols, 12));
+  ws.push_back(make_weights(DType::Q6_K, 7, cols, 13));
+  ws.push_back(make_weights(DType::Q8_0, 33, cols, 14));
+  ws.push_back(make_weights(DType::F32, 20, cols, 15));
+  for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{12}, int64_t{70}}) {
+    const auto x = test::random_acts(m, cols, 16);
     for (Isa isa : kIsas) {
       if (!isa_supported(isa)) continue;
-      const auto ref = run(w, x, 5, isa, nullptr);
-      for (ThreadPool* p : {&p1, &p2, &p3}) {
-        EXPECT_TRUE(same_bits(run(w, x, 5, isa, p), ref))
-            << dtype_name(t) << " threads=" << p->size() << " isa=" << isa_name(isa);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &p2, &p3}) {
+        std::vector<std::vector<float>> ys;
+        std::vector<MatmulOut> outs;
+        for (const Weights& w : ws) ys.emplace_back(static_cast<size_t>(m * w.rows), -1.0f);
+        for (size_t j = 0; j < ws.size(); ++j) outs.push_back({&ws[j].view, ys[j].data()});
+        MatmulScratch scratch;
+        matmul_many(outs, x.data(), m, p, isa, &scratch);
+        for (size_t j = 0; j < ws.size(); ++j) {
+          EXPECT_TRUE(same_bits(ys[j], run(ws[j], x, m, isa, p)))
+              << dtype_name(ws[j].type) << " (entry " << j << ") m=" << m
+              << " threads=" << (p != nullptr ? p->size() : 0) << " isa=" << isa_name(isa);
+        }
       }
     }
   }

@@ -1,6 +1,8 @@
 // Matrix multiplication driver (see matmul.h): picks the kernel table for the
-// ISA, quantises the activations once per call, splits the output rows across
-// threads and walks them in cache-sized blocks of row panels (panel.h for
+// ISA, prepares the activations once per input (quantised, or put in chain
+// order; on every thread for prefill), splits the output rows of every
+// matrix of that input across threads and walks them in cache-sized blocks
+// of row panels (panel.h for
 // the quantised types, float_panel.h for F32/F16/BF16). The arithmetic (and its canonical
 // order) lives in matmul_internal.h and the matmul_{scalar,avx2,avx512}.cpp
 // and matmul_panel_*.cpp tables; nothing here touches a sum, so the blocking
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "encore/thread_pool.h"
@@ -77,66 +80,99 @@ void run_panels(int64_t n_panels, int64_t work, int64_t m, ThreadPool* pool,
   }
 }
 
-void matmul_int(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
-                const IsaKernels& kt, MatmulScratch& s) {
-  const int64_t rows = w.rows, cols = w.cols;
+// Calls fn(j, p_begin, p_end) for the part of each matrix j whose panels
+// fall in [b, e) of the matrices' panels laid end to end (offsets: [n + 1]
+// first panel of each, then the total).
+template <class Fn>
+void for_segments(const std::vector<int64_t>& offsets, int64_t b, int64_t e, const Fn& fn) {
+  for (size_t j = 0; j + 1 < offsets.size(); ++j) {
+    const int64_t lo = std::max(b, offsets[j]), hi = std::min(e, offsets[j + 1]);
+    if (lo < hi) fn(j, lo - offsets[j], hi - offsets[j]);
+  }
+}
+
+// Runs rows [0, m) through prep(i0, i1): on every thread of the pool for
+// prefill-sized batches (on one, the others waited for it), else on the
+// caller.
+void prepare_rows(int64_t m, ThreadPool* pool, const ThreadPool::RangeFn& prep) {
+  if (pool != nullptr && pool->size() > 1 && m > mm::kDecodeRows) {
+    pool->parallel_for(m, prep);
+  } else {
+    prep(0, m, 0);
+  }
+}
+
+// The activations of the integer path, quantised once for every matrix of
+// one input (x: [m, cols]).
+mm::ActRows quantize_activations(const float* x, int64_t cols, int64_t m, ThreadPool* pool,
+                                 const IsaKernels& kt, MatmulScratch& s) {
   const int64_t kp = mm::padded_k(cols);
   const int64_t n_groups = kp / mm::kGroup, k_groups = cols / mm::kGroup;
-
-  // Quantised activations, zero-padded to kp (quantize_act writes only the
-  // first cols values and groups of a row; the kernels read only cols).
-  int8_t* const act_q = grow(s.act_q, m * kp);           // [m, kp]
-  float* const act_f = grow(s.act_f, 2 * m * n_groups);  // [2][m, n_groups]
-  int32_t* const act_i = grow(s.act_i, m * kp / 16);     // [m, kp / 16]
-  const ActRows act{act_q, act_f, act_f + m * n_groups, act_i, kp};
-  for (int64_t i = 0; i < m; ++i) {
-    kt.quantize_act(x + i * cols, cols, act, i);
-    std::fill(act_q + i * kp + cols, act_q + (i + 1) * kp, int8_t{0});
-    std::fill(act.d + i * n_groups + k_groups, act.d + (i + 1) * n_groups, 0.0f);
-    std::fill(act.asum + i * n_groups + k_groups, act.asum + (i + 1) * n_groups, 0.0f);
-    for (int64_t h = 0; h < kp / 16; ++h) {
-      const int8_t* qh = act_q + i * kp + 16 * h;
-      int32_t sum = 0;
-      for (int k = 0; k < 16; ++k) sum += qh[k];
-      act_i[i * (kp / 16) + h] = sum;
+  const int64_t block = std::min<int64_t>(m, mm::kActRows);
+  const int64_t mr = round_up(m, block);  // rows allocated: whole blocks
+  // Zero-padded to kp (quantize_act writes only the first cols values and
+  // groups of a row; the kernels read only cols).
+  int8_t* const act_q = grow(s.act_q, mr * kp);             // [mr / block, kp / 32, block, 32]
+  float* const act_f = grow(s.act_f, 2 * mr * n_groups);    // [2][mr / block, kp / 32, block]
+  int32_t* const act_i = grow(s.act_i, mr * n_groups * 2);  // [mr / block, kp / 32, block, 2]
+  const ActRows act{act_q, act_f, act_f + mr * n_groups, act_i, kp, block};
+  prepare_rows(m, pool, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      kt.quantize_act(x + i * cols, cols, act, i);
+      for (int64_t g = k_groups; g < n_groups; ++g) {
+        std::fill_n(mm::act_q(act, i, g), mm::kGroup, int8_t{0});
+        act.d[mm::act_at(act, i, g)] = act.asum[mm::act_at(act, i, g)] = 0.0f;
+      }
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const int8_t* qg = mm::act_q(act, i, g);
+        int32_t lo = 0, hi = 0;
+        for (int k = 0; k < 16; ++k) {
+          lo += qg[k];
+          hi += qg[16 + k];
+        }
+        act_i[2 * mm::act_at(act, i, g)] = lo;
+        act_i[2 * mm::act_at(act, i, g) + 1] = hi;
+      }
     }
-  }
+  });
+  return act;
+}
 
-  const int64_t n_panels = mm::panel_count(rows);
+// Panels [p_begin, p_end) of integer matrix w against the quantised
+// activations, with the calling pool thread's buffers ts.
+void int_panels(const WeightView& w, float* y, const ActRows& act, int64_t m, const IsaKernels& kt,
+                MatmulScratch::PerThread& ts, int64_t p_begin, int64_t p_end) {
+  const int64_t rows = w.rows, cols = w.cols;
   const size_t pbytes = mm::panel_bytes(w.type, cols);
   const int64_t per_block = panels_per_block(m);
-  auto run = [&](int64_t p_begin, int64_t p_end, int thread) {
-    // Views without repacked panels (tests, tools) are repacked a block at a
-    // time into this thread's buffer: the same numbers, so the same bits.
-    uint8_t* const own = w.panels == nullptr ? grow(s.threads[thread].panels,
-                                                    per_block * static_cast<int64_t>(pbytes))
-                                             : nullptr;
-    float out[mm::kMaxTileC * mm::kPanelRows];  // [C][16] a tile's outputs
-    for (int64_t pb = p_begin; pb < p_end; pb += per_block) {
-      const int64_t np = std::min(per_block, p_end - pb);
-      const uint8_t* base;
-      if (own != nullptr) {
-        for (int64_t p = 0; p < np; ++p) mm::repack_panel(w, pb + p, own + p * pbytes);
-        base = own;
-      } else {
-        base = w.panels + static_cast<size_t>(pb) * pbytes;
-      }
-      for (int64_t i0 = 0; i0 < m; i0 += mm::kMaxTileC) {
-        const int C = static_cast<int>(std::min<int64_t>(mm::kMaxTileC, m - i0));
-        for (int64_t p = 0; p < np; ++p) {
-          kt.panel_tile(w.type, base + static_cast<size_t>(p) * pbytes, cols, act, i0, C, out);
-          const int64_t r0 = (pb + p) * mm::kPanelRows;
-          const int R = static_cast<int>(std::min<int64_t>(mm::kPanelRows, rows - r0));
-          for (int c = 0; c < C; ++c) {
-            for (int r = 0; r < R; ++r) {
-              y[(i0 + c) * rows + r0 + r] = canon(out[c * mm::kPanelRows + r]);
-            }
+  // Views without repacked panels (tests, tools) are repacked a block at a
+  // time into this thread's buffer: the same numbers, so the same bits.
+  uint8_t* const own =
+      w.panels == nullptr ? grow(ts.panels, per_block * static_cast<int64_t>(pbytes)) : nullptr;
+  float out[mm::kMaxTileC * mm::kPanelRows];  // [C][16] a tile's outputs
+  for (int64_t pb = p_begin; pb < p_end; pb += per_block) {
+    const int64_t np = std::min(per_block, p_end - pb);
+    const uint8_t* base;
+    if (own != nullptr) {
+      for (int64_t p = 0; p < np; ++p) mm::repack_panel(w, pb + p, own + p * pbytes);
+      base = own;
+    } else {
+      base = w.panels + static_cast<size_t>(pb) * pbytes;
+    }
+    for (int64_t i0 = 0; i0 < m; i0 += act.block) {  // a block of rows per tile
+      const int C = static_cast<int>(std::min<int64_t>(act.block, m - i0));
+      for (int64_t p = 0; p < np; ++p) {
+        kt.panel_tile(w.type, base + static_cast<size_t>(p) * pbytes, cols, act, i0, C, out);
+        const int64_t r0 = (pb + p) * mm::kPanelRows;
+        const int R = static_cast<int>(std::min<int64_t>(mm::kPanelRows, rows - r0));
+        for (int c = 0; c < C; ++c) {
+          for (int r = 0; r < R; ++r) {
+            y[(i0 + c) * rows + r0 + r] = canon(out[c * mm::kPanelRows + r]);
           }
         }
       }
     }
-  };
-  run_panels(n_panels, rows * cols * m, m, pool, run);
+  }
 }
 
 // n floats of v, 64-byte aligned.
@@ -150,32 +186,36 @@ constexpr size_t kFloatBlockBytes = size_t{256} << 10;
 constexpr int64_t kFloatChunk = 48;
 static_assert(kFloatChunk % mm::kActGroup == 0, "chunks start on a group of rows");
 
-void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool,
-                  const IsaKernels& kt, MatmulScratch& s) {
-  const int64_t rows = w.rows, cols = w.cols;
-  const DType elem = w.type;
-  assert(mm::is_float_panel_type(elem));
-  // The activations in chain order, interleaved in groups of kActGroup rows
-  // (float_panel.h), groups 64-byte aligned and padded by 16 floats (strides
-  // of 2^n floats would share L1 sets).
+// The activations of the float path in chain order, once for every matrix
+// of one input (x: [m, cols]): interleaved in groups of kActGroup rows
+// (float_panel.h), groups 64-byte aligned and padded by 16 floats (strides
+// of 2^n floats would share L1 sets), xs floats apart.
+struct ChainOrdered {
+  const float* xp = nullptr;  // [ceil(m / kActGroup), xs]
+  int64_t xs = 0;
+};
+ChainOrdered chain_order_activations(const float* x, int64_t cols, int64_t m, ThreadPool* pool,
+                                     MatmulScratch& s) {
   const int64_t xs = round_up(cols * mm::kActGroup, kDotLanes) + kDotLanes;
   const int64_t n_groups = (m + mm::kActGroup - 1) / mm::kActGroup;
   float* const xp = grow_aligned(s.x, n_groups * xs);  // [groups, xs]
-  auto order = [&](int64_t i0, int64_t i1, int) {
+  prepare_rows(m, pool, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       mm::chain_order(x + i * cols, cols, xp + i / mm::kActGroup * xs + i % mm::kActGroup,
                       mm::kActGroup);
     }
-  };
-  // Prefill-sized batches permute on every thread (on one, the others
-  // waited ~5 % of an F16 prefill for it).
-  if (pool != nullptr && m > mm::kDecodeRows) {
-    pool->parallel_for(m, order);
-  } else {
-    order(0, m, 0);
-  }
+  });
+  return {xp, xs};
+}
 
-  const int64_t n_panels = mm::panel_count(rows);
+// Panels [p_begin, p_end) of float matrix w against the chain-ordered
+// activations, with the calling pool thread's buffers ts.
+void float_panels(const WeightView& w, float* y, const ChainOrdered& a, int64_t m,
+                  const IsaKernels& kt, MatmulScratch::PerThread& ts, int64_t p_begin,
+                  int64_t p_end) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const DType elem = w.type;
+  assert(mm::is_float_panel_type(elem));
   const size_t pbytes = mm::float_panel_bytes(elem, cols);
   const int64_t per_block =
       std::max<int64_t>(2, static_cast<int64_t>(kFloatBlockBytes / pbytes) / 2 * 2);
@@ -183,34 +223,62 @@ void matmul_float(const WeightView& w, const float* x, float* y, int64_t m, Thre
   // Views the model did not repack (tests, tools) are repacked a block at a
   // time into the thread's buffer: the same numbers, so the same bits.
   const bool own = w.panels == nullptr;
-  auto run = [&](int64_t p_begin, int64_t p_end, int thread) {
-    MatmulScratch::PerThread& ts = s.threads[thread];
-    const int64_t np_max = std::min(per_block, p_end - p_begin);
-    uint8_t* const buf = own ? grow(ts.panels, np_max * static_cast<int64_t>(pbytes)) : nullptr;
-    float* const out = grow(ts.out, chunk * np_max * mm::kPanelRows);  // [chunk, np * 16]
-    for (int64_t pb = p_begin; pb < p_end; pb += per_block) {
-      const int64_t np = std::min(per_block, p_end - pb);
-      const uint8_t* base;
-      if (own) {
-        for (int64_t p = 0; p < np; ++p) mm::repack_float_panel(w, pb + p, buf + p * pbytes);
-        base = buf;
-      } else {
-        base = w.panels + static_cast<size_t>(pb) * pbytes;
-      }
-      const int64_t r0 = pb * mm::kPanelRows;
-      const int64_t nr = std::min(np * mm::kPanelRows, rows - r0);
-      for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-        const int64_t C = std::min(chunk, m - i0);
-        kt.float_panels(elem, base, pbytes, np, cols, xp + i0 / mm::kActGroup * xs, xs, C, out);
-        for (int64_t c = 0; c < C; ++c) {
-          const float* o = out + c * np * mm::kPanelRows;
-          float* yc = y + (i0 + c) * rows + r0;
-          for (int64_t r = 0; r < nr; ++r) yc[r] = canon(o[r]);
-        }
+  const int64_t np_max = std::min(per_block, p_end - p_begin);
+  uint8_t* const buf = own ? grow(ts.panels, np_max * static_cast<int64_t>(pbytes)) : nullptr;
+  float* const out = grow(ts.out, chunk * np_max * mm::kPanelRows);  // [chunk, np * 16]
+  for (int64_t pb = p_begin; pb < p_end; pb += per_block) {
+    const int64_t np = std::min(per_block, p_end - pb);
+    const uint8_t* base;
+    if (own) {
+      for (int64_t p = 0; p < np; ++p) mm::repack_float_panel(w, pb + p, buf + p * pbytes);
+      base = buf;
+    } else {
+      base = w.panels + static_cast<size_t>(pb) * pbytes;
+    }
+    const int64_t r0 = pb * mm::kPanelRows;
+    const int64_t nr = std::min(np * mm::kPanelRows, rows - r0);
+    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+      const int64_t C = std::min(chunk, m - i0);
+      kt.float_panels(elem, base, pbytes, np, cols, a.xp + i0 / mm::kActGroup * a.xs, a.xs, C, out);
+      for (int64_t c = 0; c < C; ++c) {
+        const float* o = out + c * np * mm::kPanelRows;
+        float* yc = y + (i0 + c) * rows + r0;
+        for (int64_t r = 0; r < nr; ++r) yc[r] = canon(o[r]);
       }
     }
-  };
-  run_panels(n_panels, rows * cols * m, m, pool, run);
+  }
+}
+
+// The entries of outs with an integer (is_int) or float weight type, their
+// matrices' panels laid end to end in one pass over the pool.
+void run_family(std::span<const MatmulOut> outs, bool is_int, const float* x, int64_t m,
+                ThreadPool* pool, const IsaKernels& kt, MatmulScratch& s) {
+  std::vector<const MatmulOut*> mine;
+  std::vector<int64_t> offsets{0};
+  int64_t work = 0;
+  for (const MatmulOut& o : outs) {
+    if (mm::is_int_type(o.w->type) != is_int) continue;
+    mine.push_back(&o);
+    offsets.push_back(offsets.back() + mm::panel_count(o.w->rows));
+    work += o.w->rows * o.w->cols * m;
+  }
+  if (mine.empty()) return;
+  const int64_t cols = mine[0]->w->cols;
+  if (is_int) {
+    const ActRows act = quantize_activations(x, cols, m, pool, kt, s);
+    run_panels(offsets.back(), work, m, pool, [&](int64_t b, int64_t e, int thread) {
+      for_segments(offsets, b, e, [&](size_t j, int64_t p0, int64_t p1) {
+        int_panels(*mine[j]->w, mine[j]->y, act, m, kt, s.threads[thread], p0, p1);
+      });
+    });
+  } else {
+    const ChainOrdered a = chain_order_activations(x, cols, m, pool, s);
+    run_panels(offsets.back(), work, m, pool, [&](int64_t b, int64_t e, int thread) {
+      for_segments(offsets, b, e, [&](size_t j, int64_t p0, int64_t p1) {
+        float_panels(*mine[j]->w, mine[j]->y, a, m, kt, s.threads[thread], p0, p1);
+      });
+    });
+  }
 }
 
 }  // namespace
@@ -249,15 +317,21 @@ void get_row(const WeightView& w, int64_t row, float* out) {
   dequantize_row(w.type, w.data + static_cast<size_t>(row) * w.row_bytes, out, w.cols);
 }
 
-void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa,
-            MatmulScratch* scratch) {
-  if (m <= 0 || w.rows <= 0) return;
-  if (!row_conversion_supported(w.type)) {
-    float dummy = 0.0f;
-    dequantize_row(w.type, w.data, &dummy, 0);  // throws the "type not supported" error
+void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t m, ThreadPool* pool,
+                 Isa isa, MatmulScratch* scratch) {
+  if (m <= 0 || outs.empty()) return;
+  const int64_t cols = outs[0].w->cols;
+  for (const MatmulOut& o : outs) {
+    assert(o.w->cols == cols && "every matrix of matmul_many multiplies the same input");
+    if (!row_conversion_supported(o.w->type)) {
+      float dummy = 0.0f;
+      dequantize_row(o.w->type, o.w->data, &dummy, 0);  // throws the "type not supported" error
+    }
   }
-  if (w.cols == 0) {
-    std::fill(y, y + m * w.rows, 0.0f);  // an empty dot product is +0
+  if (cols == 0) {
+    for (const MatmulOut& o : outs) {
+      std::fill(o.y, o.y + m * o.w->rows, 0.0f);  // an empty dot product is +0
+    }
     return;
   }
   assert(isa_supported(isa));
@@ -266,11 +340,14 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool
   MatmulScratch& s = scratch != nullptr ? *scratch : local;
   const size_t n_threads = pool != nullptr ? static_cast<size_t>(pool->size()) : 1;
   if (s.threads.size() < n_threads) s.threads.resize(n_threads);
-  if (mm::is_int_type(w.type)) {
-    matmul_int(w, x, y, m, pool, kt, s);
-  } else {
-    matmul_float(w, x, y, m, pool, kt, s);
-  }
+  run_family(outs, true, x, m, pool, kt, s);
+  run_family(outs, false, x, m, pool, kt, s);
+}
+
+void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa,
+            MatmulScratch* scratch) {
+  const MatmulOut one{&w, y};
+  matmul_many({&one, 1}, x, m, pool, isa, scratch);
 }
 
 }  // namespace encore::kernels

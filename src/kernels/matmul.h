@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "encore/dtype.h"
@@ -71,9 +72,10 @@ struct WeightView {
 // - float path: the activations in chain order, m * (K + 32) floats, and
 //   per pool thread 48 * (rows of a block of panels, ~256 KiB of them)
 //   floats of outputs, plus for a view without repacked panels that block;
-// - integer path: the quantised activations, m * Kp bytes + m * Kp / 16
-//   floats + m * Kp / 16 int32, and for a view without repacked panels, per
-//   pool thread up to 4 panels (4 * 16 rows of about the weights' own size).
+// - integer path: the quantised activations (m rounded up to 8 rows),
+//   m * Kp bytes + m * Kp / 16 floats + m * Kp / 16 int32, and for a view
+//   without repacked panels, per pool thread up to 4 panels (4 * 16 rows of
+//   about the weights' own size).
 // Not thread-safe: one matmul call at a time per scratch.
 struct MatmulScratch {
   struct PerThread {
@@ -93,6 +95,21 @@ struct MatmulScratch {
 // scratch may be null (buffers are then allocated for the call).
 void matmul(const WeightView& w, const float* x, float* y, int64_t m, ThreadPool* pool, Isa isa,
             MatmulScratch* scratch = nullptr);
+
+// One product of matmul_many: y = x w^T, y: [m, w->rows] (must not alias x
+// or another entry's y).
+struct MatmulOut {
+  const WeightView* w = nullptr;
+  float* y = nullptr;
+};
+
+// Several matrices of one input x: [m, cols] (every w->cols equal), with
+// the same bits as one matmul per entry: the activations are prepared once
+// (quantised for the integer types, put in chain order for the float ones;
+// Q/K/V and gate/up share theirs), and the matrices' panels are split across
+// the pool in one pass (one wait for the threads, not one per matrix).
+void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t m, ThreadPool* pool,
+                 Isa isa, MatmulScratch* scratch = nullptr);
 
 // True when matmul multiplies weights of type t as int8 dot products (the
 // quantised types); false when it widens them to float and uses FMA.

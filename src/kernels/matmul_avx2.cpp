@@ -32,9 +32,6 @@ inline int32_t hsum_epi32(__m256i v) {
 }
 
 void quantize_act_avx2(const float* x, int64_t k, const ActRows& a, int64_t i) {
-  int8_t* q = a.q + i * a.kp;
-  float* d = a.d + i * (a.kp / kGroup);
-  float* s = a.asum + i * (a.kp / kGroup);
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t g = 0; g < k / kGroup; ++g) {
@@ -46,8 +43,10 @@ void quantize_act_avx2(const float* x, int64_t k, const ActRows& a, int64_t i) {
       mx = _mm256_max_epu32(mx, _mm256_and_si256(_mm256_castps_si256(v[j]), abs_mask));
     }
     const uint32_t ab = hmax_epu32(mx);
+    int8_t* const q = act_q(a, i, g);
+    const int64_t at = act_at(a, i, g);
     if (ab >= kInfBits || ab < kTinyBits) {
-      quantize_group_scalar(xg, ab, q + g * kGroup, d + g, s + g);
+      quantize_group_scalar(xg, ab, q, a.d + at, a.asum + at);
       continue;
     }
     const float dg = std::bit_cast<float>(ab) / 127.0f;
@@ -60,9 +59,9 @@ void quantize_act_avx2(const float* x, int64_t k, const ActRows& a, int64_t i) {
     const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]);
     const __m256i p23 = _mm256_packs_epi32(iv[2], iv[3]);
     const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), perm);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + g * kGroup), b);
-    d[g] = dg;
-    s[g] = dg * static_cast<float>(hsum_epi32(sum));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), b);
+    a.d[at] = dg;
+    a.asum[at] = dg * static_cast<float>(hsum_epi32(sum));
   }
 }
 

@@ -68,7 +68,7 @@ namespace encore::kernels::mm {
 
 inline constexpr int64_t kGroup = 32;   // values per activation group
 inline constexpr int64_t kPadTo = 256;  // K is padded to a multiple of this
-inline constexpr int kMaxTileC = 4;     // activation rows per integer register tile
+inline constexpr int kMaxTileC = 8;     // activation rows per integer register tile
 // Batches of up to kDecodeRows activation rows (decode, up to 8 streams):
 // one contiguous range of panels per thread.
 inline constexpr int64_t kDecodeRows = 8;
@@ -88,14 +88,33 @@ bool is_int_type(DType t);
 // Integer types with a per-group offset term wm.
 bool has_min(DType t);
 
-// Quantised activation rows; zero-padded to kp values.
+// Quantised activation rows, zero-padded to kp values, interleaved in
+// blocks of `block` rows (kActRows, or m when fewer: one decode row stays
+// compact in L1): per block of rows, per group g of 32 values, the block's
+// rows side by side. A tile's rows (within one block: the driver steps by
+// blocks) then lie at fixed offsets from one pointer per array (with a
+// pointer per row and array, 32 of them had spilled registers). Allocate
+// for m rounded up to a whole block; see the act_* helpers below.
+inline constexpr int kActRows = kMaxTileC;
 struct ActRows {
-  int8_t* q = nullptr;      // [m, kp]
-  float* d = nullptr;       // [m, kp / 32]
-  float* asum = nullptr;    // [m, kp / 32]
-  int32_t* isum = nullptr;  // [m, kp / 16] sum_k q_k over each 16 values
+  int8_t* q = nullptr;      // [blocks, kp / 32, block, 32]
+  float* d = nullptr;       // [blocks, kp / 32, block]
+  float* asum = nullptr;    // [blocks, kp / 32, block]
+  int32_t* isum = nullptr;  // [blocks, kp / 32, block, 2] sum_k q_k over each 16 values
   int64_t kp = 0;
+  int64_t block = kActRows;  // rows per block, <= kActRows
 };
+
+namespace {  // see padded_k
+// The index of (activation row i, group g) among the per-group entries
+// (d, asum; q and isum scaled by 32 and 2).
+inline int64_t act_at(const ActRows& a, int64_t i, int64_t g) {
+  return ((i / a.block) * (a.kp / kGroup) + g) * a.block + i % a.block;
+}
+inline int8_t* act_q(const ActRows& a, int64_t i, int64_t g) {
+  return a.q + act_at(a, i, g) * kGroup;
+}
+}  // namespace
 
 // Decoded weight rows: what decode_scalar writes (panel.cpp's repacking
 // reads one block of values from it); kp is the row stride.

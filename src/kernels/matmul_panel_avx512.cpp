@@ -18,7 +18,8 @@ struct V512 : avx512::Vec {
   using Vec::add;
   using Vec::sub;
   using I = __m512i;
-  static constexpr int kMaxC = 4;  // activation rows per tile (of 32 registers)
+  static constexpr int kMaxC = 4;      // activation rows per tile (of 32 registers)
+  static constexpr int kMaxCWide = 8;  // the same for Q8_0, Q4_0 and Q5_0
   // Signed weight bytes are made unsigned (w + 128) for vpdpbusd; the kernel
   // subtracts 128 times the activations' sum.
   static constexpr int kI8Bias = 128;

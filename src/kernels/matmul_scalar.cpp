@@ -59,16 +59,14 @@ void quantize_group_scalar(const float* x, uint32_t ab, int8_t* q, float* da, fl
 namespace {
 
 void quantize_act_scalar(const float* x, int64_t k, const ActRows& a, int64_t i) {
-  int8_t* q = a.q + i * a.kp;
-  float* d = a.d + i * (a.kp / kGroup);
-  float* s = a.asum + i * (a.kp / kGroup);
   for (int64_t g = 0; g < k / kGroup; ++g) {
     uint32_t ab = 0;
     for (int j = 0; j < kGroup; ++j) {
       const uint32_t b = std::bit_cast<uint32_t>(x[g * kGroup + j]) & 0x7fffffffu;
       ab = b > ab ? b : ab;
     }
-    quantize_group_scalar(x + g * kGroup, ab, q + g * kGroup, d + g, s + g);
+    const int64_t at = act_at(a, i, g);
+    quantize_group_scalar(x + g * kGroup, ab, act_q(a, i, g), a.d + at, a.asum + at);
   }
 }
 
@@ -189,22 +187,21 @@ namespace {
 void panel_tile_scalar(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0,
                        int C, float* out) {
   const PanelFormat& f = panel_format(t);
-  const int64_t n_groups = k / kGroup, ag = a.kp / kGroup;
+  const int64_t n_groups = k / kGroup;
   for (int c = 0; c < C; ++c) {
-    const int8_t* q = a.q + (i0 + c) * a.kp;
-    const float* da = a.d + (i0 + c) * ag;
-    const float* asum = a.asum + (i0 + c) * ag;
     for (int r = 0; r < kPanelRows; ++r) {
       float acc = 0.0f, accm = 0.0f;
       for (int64_t g = 0; g < n_groups; ++g) {
         const GroupScales s = panel_scales(f, panel, r, g);
+        const int8_t* q = act_q(a, i0 + c, g);
+        const int64_t at = act_at(a, i0 + c, g);
         int32_t half[2] = {0, 0};  // the sums over values [0, 16) and [16, 32)
         for (int kk = 0; kk < kGroup; ++kk) {
-          half[kk / 16] += panel_weight(f, panel, r, kGroup * g + kk) * int32_t{q[kGroup * g + kk]};
+          half[kk / 16] += panel_weight(f, panel, r, kGroup * g + kk) * int32_t{q[kk]};
         }
         const int32_t sum = s.sc_a * half[0] + s.sc_b * half[1];
-        acc = std::fma(static_cast<float>(sum), s.ws * da[g], acc);
-        if (f.has_min) accm = std::fma(s.wm, asum[g], accm);
+        acc = std::fma(static_cast<float>(sum), s.ws * a.d[at], acc);
+        if (f.has_min) accm = std::fma(s.wm, a.asum[at], accm);
       }
       out[c * kPanelRows + r] = f.has_min ? acc + accm : acc;
     }

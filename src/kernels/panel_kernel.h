@@ -54,14 +54,19 @@ struct Format {
 // panel (into L2): with one panel streamed at a time the hardware
 // prefetcher alone left the memory bus idle part of the time. Measured with
 // bench_matmul m=1 (weights streamed from DRAM), AVX2 kernels: Q4_K and
-// Q4_0 +20-40 %, Q6_K +60 %; AVX-512 within the noise. Speed only.
+// Q4_0 +20-40 %, Q6_K +60 %; AVX-512 within the noise. Wider tiles read a
+// panel once for up to 8 activation rows (8 streams), so every tile that
+// reads a panel first asks: m = 8 (layers), AVX-512, Q4_0 and Q4_K 71-95 ->
+// 54-58 ms. Speed only.
 constexpr int kPrefetchLocality = 2;
 
 // Rows [h0 * V::kW, (h0 + NH) * V::kW) of one panel (NH registers of V::kW
 // rows side by side), activation rows i0 + [0, C): out[c * 16 + r] = y
-// (before NaN canonicalisation).
+// (before NaN canonicalisation). `stream`: the panel is being read from
+// memory (the first pass over it): ask for the next one meanwhile.
 template <class V, PanelValues kVals, PanelScales kScales, bool kMin, int kBias, int C, int NH>
-void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0, float* out) {
+void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0, bool stream,
+          float* out) {
   using I = typename V::I;
   using F = typename V::F;
   using Fm = Format<kVals, kScales, kMin>;
@@ -78,17 +83,16 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
     row_off[h] = hb[h] * 4;
   }
 
-  const int64_t ag = a.kp / 32;
-  const int8_t* q[C];
-  const float* da[C];
-  const float* as[C];
-  const int32_t* is[C];
+  // The tile's rows are one block of interleaved activation rows
+  // (matmul_internal.h): row c of group g's entry is at + g * a.block + c.
+  static_assert(C <= kActRows);
+  const int64_t at = act_at(a, i0, 0);
+  const int8_t* const q = a.q + at * 32;  // + (g * a.block + c) * 32
+  const float* const da = a.d + at;
+  const float* const as = a.asum + at;
+  const int32_t* const is = a.isum + at * 2;
   F acc[NH][C], accm[NH][C];
   for (int c = 0; c < C; ++c) {
-    q[c] = a.q + (i0 + c) * a.kp;
-    da[c] = a.d + (i0 + c) * ag;
-    as[c] = a.asum + (i0 + c) * ag;
-    is[c] = a.isum + (i0 + c) * (a.kp / 16);
     for (int h = 0; h < NH; ++h) acc[h][c] = accm[h][c] = V::zero();
   }
   const I lo4 = V::set1_epi8(0x0f), bit4 = V::set1_epi8(0x10), bits45 = V::set1_epi8(0x30);
@@ -106,7 +110,9 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
     for (int64_t gi = 0; gi < unit_groups; ++gi) {
       const int64_t g = u * kPerUnit + gi;
       const uint8_t* grp = unit + kHead + static_cast<size_t>(gi) * kGroupBytes;
-      if constexpr (C <= 2) {  // decode-sized tiles stream the panels
+      const int64_t ga = g * a.block;        // this group's d, asum, isum / 2
+      const int8_t* const qg = q + ga * 32;  // [block][32] this group's values
+      if (C <= 2 || stream) {
         for (size_t off = 0; off < kGroupBytes; off += 64) {
           // an address, not a pointer into the array: the last panel's "next" is past its end
           const uintptr_t ahead = reinterpret_cast<uintptr_t>(grp) + pbytes + off;
@@ -124,6 +130,11 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
           sc_b16[h] = V::twice_high16(sc_pair[h]);
         }
       }
+      // Q6_K scales each half of a group by its own sub-scale, so its two
+      // halves sum apart; the other types sum a group in one register (fewer
+      // registers: larger tiles), or in two where the tile has too few
+      // chains to hide vpdpbusd's latency (decode). Exact either way.
+      constexpr bool kHalves = kScales == PanelScales::Q6K || NH * C < 4;
       I s_lo[NH][C], s_hi[NH][C];
       for (int h = 0; h < NH; ++h) {
         for (int c = 0; c < C; ++c) s_lo[h][c] = s_hi[h][c] = V::izero();
@@ -134,8 +145,9 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
             const I w0 = V::load(grp + j * 64 + row_off[h]);
             const I w1 = V::load(grp + (j + 1) * 64 + row_off[h]);
             for (int c = 0; c < C; ++c) {
-              s_lo[h][c] = V::dot_i8(s_lo[h][c], w0, V::bcast(load32(q[c] + 32 * g + 4 * j)));
-              s_hi[h][c] = V::dot_i8(s_hi[h][c], w1, V::bcast(load32(q[c] + 32 * g + 4 * j + 4)));
+              I& s1 = kHalves ? s_hi[h][c] : s_lo[h][c];
+              s_lo[h][c] = V::dot_i8(s_lo[h][c], w0, V::bcast(load32(qg + 32 * c + 4 * j)));
+              s1 = V::dot_i8(s1, w1, V::bcast(load32(qg + 32 * c + 4 * j + 4)));
             }
           }
         }
@@ -166,14 +178,15 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
               }
             }
             for (int c = 0; c < C; ++c) {
-              const I qlo = V::bcast(load32(q[c] + 32 * g + 4 * j));
-              const I qhi = V::bcast(load32(q[c] + 32 * g + 16 + 4 * j));
+              const I qlo = V::bcast(load32(qg + 32 * c + 4 * j));
+              const I qhi = V::bcast(load32(qg + 32 * c + 16 + 4 * j));
               if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
                 s_lo[h][c] = V::dot_scaled(s_lo[h][c], lo, qlo, sc_a16[h]);
                 s_hi[h][c] = V::dot_scaled(s_hi[h][c], hi, qhi, sc_b16[h]);
               } else {
+                I& s1 = kHalves ? s_hi[h][c] : s_lo[h][c];
                 s_lo[h][c] = V::dot(s_lo[h][c], lo, qlo);
-                s_hi[h][c] = V::dot(s_hi[h][c], hi, qhi);
+                s1 = V::dot(s1, hi, qhi);
               }
             }
           };
@@ -201,7 +214,7 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
           sc_b = V::high16(pairs);
         }
         for (int c = 0; c < C; ++c) {
-          const int32_t i_lo = is[c][2 * g], i_hi = is[c][2 * g + 1];
+          const int32_t i_lo = is[2 * (ga + c)], i_hi = is[2 * (ga + c) + 1];
           I s;
           if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
             // the sums are already scaled: subtract 32 * (sc_a i_lo + sc_b i_hi),
@@ -214,11 +227,11 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
             s = V::add(V::mullo(sc_a, V::sub(s_lo[h][c], V::bcast(kTotalBias * i_lo))),
                        V::mullo(sc_b, V::sub(s_hi[h][c], V::bcast(kTotalBias * i_hi))));
           } else {
-            s = V::add(s_lo[h][c], s_hi[h][c]);
+            s = kHalves ? V::add(s_lo[h][c], s_hi[h][c]) : s_lo[h][c];
             if constexpr (kTotalBias != 0) s = V::sub(s, V::bcast(kTotalBias * (i_lo + i_hi)));
           }
-          acc[h][c] = V::fma(V::cvt(s), V::mul(ws, V::set1(da[c][g])), acc[h][c]);
-          if constexpr (kMin) accm[h][c] = V::fma(wm, V::set1(as[c][g]), accm[h][c]);
+          acc[h][c] = V::fma(V::cvt(s), V::mul(ws, V::set1(da[ga + c])), acc[h][c]);
+          if constexpr (kMin) accm[h][c] = V::fma(wm, V::set1(as[ga + c]), accm[h][c]);
         }
       }
     }
@@ -236,19 +249,26 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
 template <class V, PanelValues kVals, PanelScales kScales, bool kMin, int kBias>
 void tiles(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C, float* out) {
   constexpr int kRegs = kRows / V::kW;
+  // Types whose group sums fit one register each (no halves, no offset
+  // chain) take wider tiles: each weight register then feeds more products.
+  constexpr int kMaxC = kScales != PanelScales::Q6K && !kMin ? V::kMaxCWide : V::kMaxC;
+  static_assert(kMaxC <= kMaxTileC);
   if (C == 1) {
-    tile<V, kVals, kScales, kMin, kBias, 1, kRegs>(panel, k, a, i0, 0, out);
+    tile<V, kVals, kScales, kMin, kBias, 1, kRegs>(panel, k, a, i0, 0, true, out);
     return;
   }
-  using Fn = void (*)(const uint8_t*, int64_t, const ActRows&, int64_t, int, float*);
+  using Fn = void (*)(const uint8_t*, int64_t, const ActRows&, int64_t, int, bool, float*);
   static constexpr auto kTable = []<int... Cs>(std::integer_sequence<int, Cs...>) {
     return std::array<Fn, sizeof...(Cs)>{&tile<V, kVals, kScales, kMin, kBias, Cs + 1, 1>...};
   }
-  (std::make_integer_sequence<int, V::kMaxC>{});
+  (std::make_integer_sequence<int, kMaxC>{});
   for (int h = 0; h < kRegs; ++h) {
-    for (int c0 = 0; c0 < C; c0 += V::kMaxC) {
-      const int n = C - c0 >= V::kMaxC ? V::kMaxC : C - c0;
-      kTable[n - 1](panel, k, a, i0 + c0, h, out + c0 * kRows);
+    for (int c0 = 0; c0 < C; c0 += kMaxC) {
+      const int n = C - c0 >= kMaxC ? kMaxC : C - c0;
+      // The call's first tile over this panel reads it from memory (a batch of
+      // decode steps: the only one; prefill: the first activation rows).
+      const bool first = i0 == 0 && h == 0 && c0 == 0;
+      kTable[n - 1](panel, k, a, i0 + c0, h, first, out + c0 * kRows);
     }
   }
 }

@@ -268,9 +268,9 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
       kernels::rmsnorm(xb + t * n_embd, x + t * n_embd, lw.attn_norm.data(), n_embd, hp.rms_eps,
                        isa);
     }
-    kernels::matmul(lw.wq, xb, q, n, pool, isa, mm_scratch_.get());
-    kernels::matmul(lw.wk, xb, k, n, pool, isa, mm_scratch_.get());
-    kernels::matmul(lw.wv, xb, v, n, pool, isa, mm_scratch_.get());
+    // One input: its activations are prepared once for the three.
+    const kernels::MatmulOut qkv[] = {{&lw.wq, q}, {&lw.wk, k}, {&lw.wv, v}};
+    kernels::matmul_many(qkv, xb, n, pool, isa, mm_scratch_.get());
     for (int t = 0; t < n; ++t) {
       float* qt = q + t * n_q;
       float* kt = k + t * n_kv;
@@ -316,8 +316,8 @@ void ForwardContext::run_tokens(const TokenRef* toks, int n) {
       kernels::rmsnorm(xb + t * n_embd, x + t * n_embd, lw.ffn_norm.data(), n_embd, hp.rms_eps,
                        isa);
     }
-    kernels::matmul(lw.w_gate, xb, gate, n, pool, isa, mm_scratch_.get());
-    kernels::matmul(lw.w_up, xb, up, n, pool, isa, mm_scratch_.get());
+    const kernels::MatmulOut gate_up[] = {{&lw.w_gate, gate}, {&lw.w_up, up}};
+    kernels::matmul_many(gate_up, xb, n, pool, isa, mm_scratch_.get());
     kernels::swiglu(gate, gate, up, n * n_ff, isa);
     kernels::matmul(lw.w_down, gate, xb2, n, pool, isa, mm_scratch_.get());
     kernels::add_inplace(x, xb2, n * n_embd);
