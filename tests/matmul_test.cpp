@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "encore/dtype.h"
+#include "encore/error.h"
 #include "encore/isa.h"
 #include "encore/thread_pool.h"
 #include "kernels/canonical.h"
@@ -245,18 +246,20 @@ TEST(Matmul, ThreadCountInvariance) {
 // matmul_many (Q/K/V, gate/up) prepares the activations once and splits the
 // matrices' panels, laid end to end, across the threads in one pass: each
 // output must still be its own matmul's bits, for integer and float
-// matrices mixed in one call, decode- and prefill-sized batches, a range of
-// panels that crosses from one matrix into the next (2 and 3 threads), and
-// row counts that pad their last panel.
+// matrices mixed in one call (with an empty one), decode- and prefill-sized
+// batches, ranges and chunks of panels that cross from one matrix into the
+// next (2 and 3 threads: 19 integer and 13 float panels), and row counts
+// that pad their last panel.
 TEST(Matmul, ManyMatricesOfOneInputEqualOneCallEach) {
   ThreadPool p2(2), p3(3);
   const int64_t cols = 512;
   std::vector<Weights> ws;
-  ws.push_back(make_weights(DType::Q4_K, 40, cols, 11));
-  ws.push_back(make_weights(DType::F16, 13, cols, 12));
-  ws.push_back(make_weights(DType::Q6_K, 7, cols, 13));
-  ws.push_back(make_weights(DType::Q8_0, 33, cols, 14));
-  ws.push_back(make_weights(DType::F32, 20, cols, 15));
+  ws.push_back(make_weights(DType::Q4_K, 100, cols, 11));
+  ws.push_back(make_weights(DType::F16, 100, cols, 12));
+  ws.push_back(make_weights(DType::Q6_K, 37, cols, 13));
+  ws.push_back(make_weights(DType::Q8_0, 130, cols, 14));
+  ws.push_back(make_weights(DType::Q8_0, 0, cols, 17));
+  ws.push_back(make_weights(DType::F32, 90, cols, 15));
   for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{12}, int64_t{70}}) {
     const auto x = test::random_acts(m, cols, 16);
     for (Isa isa : kIsas) {
@@ -276,6 +279,12 @@ TEST(Matmul, ManyMatricesOfOneInputEqualOneCallEach) {
       }
     }
   }
+  // Matrices of other widths cannot share one prepared input.
+  const Weights narrow = make_weights(DType::Q8_0, 16, 256, 18);
+  std::vector<float> y0(16 * 100), y1(16 * 16);
+  const MatmulOut mixed[] = {{&ws[0].view, y0.data()}, {&narrow.view, y1.data()}};
+  EXPECT_THROW(matmul_many(mixed, test::random_acts(1, cols, 19).data(), 1, nullptr, Isa::Scalar),
+               InvalidArgument);
 }
 
 // The float path runs one chain at a time over float panels, in blocks of

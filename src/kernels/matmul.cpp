@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "encore/error.h"
 #include "encore/thread_pool.h"
 #include "kernels/canonical.h"
 #include "kernels/float_panel.h"
@@ -54,9 +56,8 @@ T* grow(std::vector<T>& v, int64_t n) {
 }
 
 // Panels per block: a block's panels (a few KiB to ~100 KiB) stay in L2
-// while every chunk of activation rows passes over them, and a chunk of
-// kMaxTileC activation rows (K bytes each) stays in L1 across the block's
-// panels. Only speed depends on it.
+// while every block of up to kActRows activation rows (K bytes each, in L1
+// or L2) passes over them. Only speed depends on it.
 int64_t panels_per_block(int64_t m) { return m <= mm::kDecodeRows ? 1 : 4; }
 
 // Beyond decode-sized batches threads take a matrix's panels in this many
@@ -93,10 +94,13 @@ void for_segments(const std::vector<int64_t>& offsets, int64_t b, int64_t e, con
 
 // Runs rows [0, m) through prep(i0, i1): on every thread of the pool for
 // prefill-sized batches (on one, the others waited for it), else on the
-// caller.
-void prepare_rows(int64_t m, ThreadPool* pool, const ThreadPool::RangeFn& prep) {
+// caller. Threads take whole blocks of `block` rows (interleaved rows of
+// one block share cache lines).
+void prepare_rows(int64_t m, int64_t block, ThreadPool* pool, const ThreadPool::RangeFn& prep) {
   if (pool != nullptr && pool->size() > 1 && m > mm::kDecodeRows) {
-    pool->parallel_for(m, prep);
+    pool->parallel_for((m + block - 1) / block, [&](int64_t b0, int64_t b1, int thread) {
+      prep(b0 * block, std::min(m, b1 * block), thread);
+    });
   } else {
     prep(0, m, 0);
   }
@@ -108,7 +112,7 @@ mm::ActRows quantize_activations(const float* x, int64_t cols, int64_t m, Thread
                                  const IsaKernels& kt, MatmulScratch& s) {
   const int64_t kp = mm::padded_k(cols);
   const int64_t n_groups = kp / mm::kGroup, k_groups = cols / mm::kGroup;
-  const int64_t block = std::min<int64_t>(m, mm::kActRows);
+  const int64_t block = std::min<int64_t>(m, kt.act_rows);
   const int64_t mr = round_up(m, block);  // rows allocated: whole blocks
   // Zero-padded to kp (quantize_act writes only the first cols values and
   // groups of a row; the kernels read only cols).
@@ -116,7 +120,7 @@ mm::ActRows quantize_activations(const float* x, int64_t cols, int64_t m, Thread
   float* const act_f = grow(s.act_f, 2 * mr * n_groups);    // [2][mr / block, kp / 32, block]
   int32_t* const act_i = grow(s.act_i, mr * n_groups * 2);  // [mr / block, kp / 32, block, 2]
   const ActRows act{act_q, act_f, act_f + mr * n_groups, act_i, kp, block};
-  prepare_rows(m, pool, [&](int64_t i0, int64_t i1, int) {
+  prepare_rows(m, block, pool, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       kt.quantize_act(x + i * cols, cols, act, i);
       for (int64_t g = k_groups; g < n_groups; ++g) {
@@ -199,7 +203,7 @@ ChainOrdered chain_order_activations(const float* x, int64_t cols, int64_t m, Th
   const int64_t xs = round_up(cols * mm::kActGroup, kDotLanes) + kDotLanes;
   const int64_t n_groups = (m + mm::kActGroup - 1) / mm::kActGroup;
   float* const xp = grow_aligned(s.x, n_groups * xs);  // [groups, xs]
-  prepare_rows(m, pool, [&](int64_t i0, int64_t i1, int) {
+  prepare_rows(m, mm::kActGroup, pool, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       mm::chain_order(x + i * cols, cols, xp + i / mm::kActGroup * xs + i % mm::kActGroup,
                       mm::kActGroup);
@@ -257,27 +261,25 @@ void run_family(std::span<const MatmulOut> outs, bool is_int, const float* x, in
   std::vector<int64_t> offsets{0};
   int64_t work = 0;
   for (const MatmulOut& o : outs) {
-    if (mm::is_int_type(o.w->type) != is_int) continue;
+    if (o.w->rows <= 0 || mm::is_int_type(o.w->type) != is_int) continue;
     mine.push_back(&o);
     offsets.push_back(offsets.back() + mm::panel_count(o.w->rows));
     work += o.w->rows * o.w->cols * m;
   }
   if (mine.empty()) return;
   const int64_t cols = mine[0]->w->cols;
+  // One pass over the pool for every matrix: panels(w, y, prepared, ...).
+  auto pass = [&](const auto& prepared, auto panels) {
+    run_panels(offsets.back(), work, m, pool, [&](int64_t b, int64_t e, int thread) {
+      for_segments(offsets, b, e, [&](size_t j, int64_t p0, int64_t p1) {
+        panels(*mine[j]->w, mine[j]->y, prepared, m, kt, s.threads[thread], p0, p1);
+      });
+    });
+  };
   if (is_int) {
-    const ActRows act = quantize_activations(x, cols, m, pool, kt, s);
-    run_panels(offsets.back(), work, m, pool, [&](int64_t b, int64_t e, int thread) {
-      for_segments(offsets, b, e, [&](size_t j, int64_t p0, int64_t p1) {
-        int_panels(*mine[j]->w, mine[j]->y, act, m, kt, s.threads[thread], p0, p1);
-      });
-    });
+    pass(quantize_activations(x, cols, m, pool, kt, s), int_panels);
   } else {
-    const ChainOrdered a = chain_order_activations(x, cols, m, pool, s);
-    run_panels(offsets.back(), work, m, pool, [&](int64_t b, int64_t e, int thread) {
-      for_segments(offsets, b, e, [&](size_t j, int64_t p0, int64_t p1) {
-        float_panels(*mine[j]->w, mine[j]->y, a, m, kt, s.threads[thread], p0, p1);
-      });
-    });
+    pass(chain_order_activations(x, cols, m, pool, s), float_panels);
   }
 }
 
@@ -322,18 +324,19 @@ void matmul_many(std::span<const MatmulOut> outs, const float* x, int64_t m, Thr
   if (m <= 0 || outs.empty()) return;
   const int64_t cols = outs[0].w->cols;
   for (const MatmulOut& o : outs) {
-    assert(o.w->cols == cols && "every matrix of matmul_many multiplies the same input");
+    if (o.w->cols != cols) {  // the activations are prepared for one width
+      throw InvalidArgument("matmul_many: a matrix of " + std::to_string(o.w->cols) +
+                            " columns among ones of " + std::to_string(cols) +
+                            ": every matrix must take the same input");
+    }
+    if (o.w->rows <= 0) continue;  // nothing to compute
     if (!row_conversion_supported(o.w->type)) {
       float dummy = 0.0f;
       dequantize_row(o.w->type, o.w->data, &dummy, 0);  // throws the "type not supported" error
     }
+    if (cols == 0) std::fill(o.y, o.y + m * o.w->rows, 0.0f);  // an empty dot product is +0
   }
-  if (cols == 0) {
-    for (const MatmulOut& o : outs) {
-      std::fill(o.y, o.y + m * o.w->rows, 0.0f);  // an empty dot product is +0
-    }
-    return;
-  }
+  if (cols == 0) return;
   assert(isa_supported(isa));
   const IsaKernels& kt = *kernel_table(isa).matmul;
   MatmulScratch local;

@@ -72,8 +72,9 @@ struct WeightView {
 // - float path: the activations in chain order, m * (K + 32) floats, and
 //   per pool thread 48 * (rows of a block of panels, ~256 KiB of them)
 //   floats of outputs, plus for a view without repacked panels that block;
-// - integer path: the quantised activations (m rounded up to 8 rows),
-//   m * Kp bytes + m * Kp / 16 floats + m * Kp / 16 int32, and for a view
+// - integer path: the quantised activations (m rounded up to a whole block
+//   of min(m, 8) rows), m * Kp bytes + m * Kp / 16 floats + m * Kp / 16
+//   int32, and for a view
 //   without repacked panels, per pool thread up to 4 panels (4 * 16 rows of
 //   about the weights' own size).
 // Not thread-safe: one matmul call at a time per scratch.
@@ -84,9 +85,10 @@ struct MatmulScratch {
   };
   std::vector<PerThread> threads;  // [pool size], by ThreadPool's `thread` index
   std::vector<float> x;            // [m, K + 32] the activations in chain order
-  std::vector<int8_t> act_q;       // [m, Kp] quantised activations
-  std::vector<float> act_f;        // [2][m, Kp / 32] their scales and sums
-  std::vector<int32_t> act_i;      // [m, Kp / 16] their integer sums per 16 values
+  // The quantised activations, rows interleaved in blocks (mm::ActRows).
+  std::vector<int8_t> act_q;   // [m, Kp] values
+  std::vector<float> act_f;    // [2][m, Kp / 32] their scales and sums
+  std::vector<int32_t> act_i;  // [m, Kp / 16] their integer sums per 16 values
 };
 
 // y = x W^T for a batch of m activations: y[i][r] = sum_c W[r][c] * x[i][c].
@@ -103,7 +105,8 @@ struct MatmulOut {
   float* y = nullptr;
 };
 
-// Several matrices of one input x: [m, cols] (every w->cols equal), with
+// Several matrices of one input x: [m, cols] (every w->cols equal, else
+// InvalidArgument), with
 // the same bits as one matmul per entry: the activations are prepared once
 // (quantised for the integer types, put in chain order for the float ones;
 // Q/K/V and gate/up share theirs), and the matrices' panels are split across

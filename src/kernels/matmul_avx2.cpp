@@ -79,7 +79,7 @@ struct VF256 : avx2::Vec {
 
 const IsaKernels& avx2_kernels() {
   static const IsaKernels k{quantize_act_avx2, panel_tile_avx2,
-                            float_panel_kernel::float_panels<VF256>};
+                            float_panel_kernel::float_panels<VF256>, 4};
   return k;
 }
 

@@ -26,6 +26,7 @@ const IsaKernels& avx512_kernels() {
     IsaKernels t = avx2_kernels();
     t.panel_tile = panel_tile_avx512;
     t.float_panels = float_panel_kernel::float_panels<VF512>;
+    t.act_rows = kActRows;
     return t;
   }();
   return k;

@@ -130,7 +130,9 @@ struct IsaKernels {
   void (*quantize_act)(const float* x, int64_t k, const ActRows& a, int64_t i);
   // Integer tile of the order above: out[c * 16 + r] = y for the 16 rows of
   // one panel (panel.h; type t, k values per row) and activation rows i0 +
-  // [0, C), 1 <= C <= kMaxTileC (before NaN canonicalisation). The kernel may
+  // [0, C), 1 <= C <= kMaxTileC, all in one block of a (i0 % a.block + C
+  // <= a.block: the kernels read the block's rows at fixed offsets) (before
+  // NaN canonicalisation). The kernel may
   // prefetch the bytes of the panel after it.
   void (*panel_tile)(DType t, const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C,
                      float* out);
@@ -141,6 +143,11 @@ struct IsaKernels {
   // before NaN canonicalisation.
   void (*float_panels)(DType elem, const uint8_t* panels, size_t pbytes, int64_t np, int64_t k,
                        const float* xp, int64_t xs, int64_t m, float* out);
+  // Activation rows per block of ActRows (<= kActRows): the rows the integer
+  // path passes over each block of panels at a time. AVX2 tiles take 2 rows
+  // and read each activation row once per half panel, so 4 rows (K bytes
+  // each) stay in L1 where 8 of the down matrix's did not. Speed only.
+  int act_rows = kActRows;
 };
 
 namespace {  // see padded_k

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -245,10 +246,11 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
 
 // The whole panel: with one activation row, every register of rows side by
 // side (the panel is then read once); else one register's rows at a time
-// over tiles of up to V::kMaxC activation rows.
+// over tiles of up to kMaxC activation rows (below).
 template <class V, PanelValues kVals, PanelScales kScales, bool kMin, int kBias>
 void tiles(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C, float* out) {
   constexpr int kRegs = kRows / V::kW;
+  assert(i0 % a.block + C <= a.block);  // one block of rows (matmul_internal.h)
   // Types whose group sums fit one register each (no halves, no offset
   // chain) take wider tiles: each weight register then feeds more products.
   constexpr int kMaxC = kScales != PanelScales::Q6K && !kMin ? V::kMaxCWide : V::kMaxC;
