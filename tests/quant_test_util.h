@@ -48,7 +48,9 @@ inline std::vector<float> random_acts(int64_t m, int64_t cols, uint32_t seed) {
 
 // Bit-identical outputs (NaN payloads and signed zeros included).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (empty vectors may hold null pointers, which memcmp must not be given)
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 }  // namespace encore::kernels::test
