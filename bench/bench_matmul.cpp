@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMillisecond);
   const DType types[] = {DType::Q8_0, DType::Q4_K, DType::Q4_0,
                          DType::Q6_K, DType::Q5_K, DType::F16};
-  const Isa isas[] = {Isa::Avx512, Isa::Avx2, Isa::Scalar};
+  const Isa isas[] = {Isa::Avx512, Isa::AvxVnni, Isa::Avx2, Isa::Scalar};
   for (DType t : types) {
     struct Case {
       int64_t m;

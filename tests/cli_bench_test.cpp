@@ -46,7 +46,7 @@ TEST(CliBench, TableAndBadFlags) {
   EXPECT_NE(r.out.find("roofline tok/s"), std::string::npos) << r.out;
   const CliResult bad = run_encore({"bench", "-m", model, "--isa", "sse9"});
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_NE(bad.err.find("scalar, avx2 or avx512"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("scalar, avx2, avxvnni or avx512"), std::string::npos) << bad.err;
 }
 
 // --types: one synthesised model per type, a row each (the mixes included),
@@ -97,7 +97,7 @@ TEST(CliBench, TypesTableSynthesisesAndRemovesEachModel) {
 TEST(CliRun, IsaAndBatchSizeDoNotChangeTheOutput) {
   ENCORE_SHARED_FILE(model, "models/stories260K.gguf");
   std::string first;
-  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+  for (const char* isa : {"scalar", "avx2", "avxvnni", "avx512"}) {
     for (const char* b : {"1", "3", "512"}) {
       const CliResult r =
           run_encore({"run", "-m", model, "-p", "Once upon a time there was", "-n", "24", "--temp",

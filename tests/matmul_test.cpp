@@ -34,7 +34,7 @@ const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                         DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                         DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-const Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512};
+const Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512};
 
 bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }

@@ -35,8 +35,8 @@ std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
 // The SIMD ISAs this CPU can run (the scalar twin is the reference).
 std::vector<Isa> simd_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-    if (isa_supported(isa)) out.push_back(isa);
+  for (Isa isa : supported_isas()) {
+    if (isa != Isa::Scalar) out.push_back(isa);
   }
   return out;
 }
@@ -146,7 +146,8 @@ TEST(OpsExp, SimdBitIdentical) {
   for (size_t i = 0; i < xs.size(); ++i) ref[i] = exp_f32(xs[i]);
   for (Isa isa : simd_isas()) {
     std::vector<float> got(xs.size());
-    if (isa == Isa::Avx2) avx2::exp_n(xs.data(), got.data(), static_cast<int64_t>(xs.size()));
+    if (isa == Isa::Avx2 || isa == Isa::AvxVnni)
+      avx2::exp_n(xs.data(), got.data(), static_cast<int64_t>(xs.size()));
     if (isa == Isa::Avx512) avx512::exp_n(xs.data(), got.data(), static_cast<int64_t>(xs.size()));
     size_t bad = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
@@ -499,8 +500,7 @@ void expect_attention_identical(const TestKv& t, const std::vector<float>& q, in
     attention_head(q.data() + h * head_dim, t.kv, g, n_kv, head_dim, scale, ref_s.data() + h * n_kv,
                    ref.data() + h * head_dim, Isa::Scalar);
   }
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     std::vector<float> out(n_out), sc(n_s);
     attention_gqa(q.data(), n_q_heads, t.kv, g, n_kv, head_dim, scale, sc.data(), out.data(), isa);
     EXPECT_TRUE(same_bits(out, ref)) << what << " " << isa_name(isa);
@@ -566,8 +566,7 @@ TEST(OpsAttention, EdgeCases) {
   std::vector<float> q = random_vec(2 * head_dim, 6);
   // NaN in q: NaN out (no crash) on every ISA, for that head only.
   q[3] = kNaN;
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     std::vector<float> out(2 * head_dim), sc(2 * 40);
     attention_gqa(q.data(), 2, t.kv, 0, 40, head_dim, 0.125f, sc.data(), out.data(), isa);
     for (int c = 0; c < head_dim; ++c) {

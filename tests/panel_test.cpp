@@ -169,8 +169,7 @@ TEST(Panel, RepackedViewsEqualTheScalarTwin) {
         const std::vector<float> x = test::random_acts(m, cols, 18);
         std::vector<float> ref(static_cast<size_t>(m * rows)), y(ref.size());
         matmul(w.view, x.data(), ref.data(), m, nullptr, Isa::Scalar);
-        for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-          if (!isa_supported(isa)) continue;
+        for (Isa isa : supported_isas()) {
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(y.begin(), y.end(), -1.0f);
             matmul(pv, x.data(), y.data(), m, tp, isa);
@@ -231,8 +230,8 @@ TEST(Panel, LargestSumsAreExactOnEveryIsa) {
         EXPECT_EQ(ref[i * rows + r], acc) << dtype_name(t) << " act " << i << " row " << r;
       }
     }
-    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
-      if (!isa_supported(isa)) continue;
+    for (Isa isa : supported_isas()) {
+      if (isa == Isa::Scalar) continue;
       matmul(w, x.data(), y.data(), 2, nullptr, isa);
       EXPECT_TRUE(same_bits(y, ref)) << dtype_name(t) << " " << isa_name(isa);
     }

@@ -100,7 +100,7 @@ inline const Lm* synth_lm(const std::string& preset, DType type) {
 // Another ISA than the default one where the CPU has one (else scalar):
 // runs that must agree with a reference on another schedule use it.
 inline Isa other_isa() {
-  for (Isa i : {Isa::Avx2, Isa::Avx512, Isa::Scalar}) {
+  for (Isa i : {Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Scalar}) {
     if (isa_supported(i) && i != detect_best_isa()) return i;
   }
   return Isa::Scalar;
@@ -137,13 +137,7 @@ struct Rig {
   }
 };
 
-inline std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (isa_supported(i)) v.push_back(i);
-  }
-  return v;
-}
+inline std::vector<Isa> isas() { return supported_isas(); }
 
 // The request through the engine: its streamed text must equal each
 // sample's text, and no KV block may stay in use afterwards.

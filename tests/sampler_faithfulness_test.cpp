@@ -280,10 +280,7 @@ TEST(Faithfulness, LogitBias) {
 // ---- every ISA draws the same tokens and reports the same logprobs ----------------
 
 TEST(Isa, EveryIsaSamplesAndScoresIdentically) {
-  std::vector<Isa> isas = {Isa::Scalar};
-  for (Isa i : {Isa::Avx2, Isa::Avx512}) {
-    if (isa_supported(i)) isas.push_back(i);
-  }
+  const std::vector<Isa> isas = supported_isas();
   const Isa best = detect_best_isa();
   EXPECT_TRUE(std::find(isas.begin(), isas.end(), best) != isas.end());
   if (isas.size() == 1) GTEST_LOG_(INFO) << "only the scalar ISA on this CPU: nothing to compare";

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace encore {
 
@@ -23,9 +24,12 @@ enum class Isa : uint8_t {
   Scalar = 0,  // plain C++; the reference twin of every kernel
   Avx2 = 1,    // AVX2 + FMA + F16C + BMI2 (x86-64-v3)
   Avx512 = 2,  // AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Sapphire Rapids, Zen 4)
+  // AVX2's kernels with AVX-VNNI's vpdpbusd on 256-bit registers in the
+  // integer matmul (Alder Lake and later Intel cores without AVX-512, Zen 5).
+  AvxVnni = 3,
 };
 
-// "scalar", "avx2", "avx512".
+// "scalar", "avx2", "avxvnni", "avx512".
 const char* isa_name(Isa isa);
 // Parses an ISA name (as isa_name prints it). Throws InvalidArgument naming
 // the accepted values for anything else.
@@ -34,6 +38,9 @@ Isa parse_isa(std::string_view name);
 bool isa_supported(Isa isa);
 // The fastest ISA this CPU supports.
 Isa detect_best_isa();
+// Every ISA this CPU supports, scalar first, then from slowest to fastest
+// (tests compare each against the scalar twin).
+std::vector<Isa> supported_isas();
 // The ISA to use by default: ENCORE_ISA if set (throws InvalidArgument when it
 // names an unknown ISA or one this CPU lacks), else detect_best_isa().
 Isa isa_from_env();

@@ -20,9 +20,10 @@ static_assert(settings::kThreads.max == ThreadPool::kMaxThreads);
 void add_engine_flags(CLI::App* sub, EngineFlags& f, unsigned groups, settings::Front front) {
   add_setting_flags(sub, f, front);
   if (groups & kComputeFlags) {
-    sub->add_option("--isa", f.isa,
-                    "Kernels: scalar, avx2 or avx512 (default: ENCORE_ISA, else the best the CPU "
-                    "has); speed only, outputs are identical");
+    sub->add_option(
+        "--isa", f.isa,
+        "Kernels: scalar, avx2, avxvnni or avx512 (default: ENCORE_ISA, else the best the CPU "
+        "has); speed only, outputs are identical");
     sub->add_option("--kv-type", f.kv_type,
                     "KV cache element type: f16 (default, like llama.cpp) or f32; part of the "
                     "numerics: outputs are reproducible under either, not across them");

@@ -12,6 +12,7 @@ namespace {
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, bmi2 = false;
+  bool avx_vnni = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false, avx512vnni = false;
   bool os_avx = false, os_avx512 = false;
 };
@@ -39,6 +40,8 @@ CpuFeatures query_cpu() {
   f.avx512bw = (b >> 30) & 1;
   f.avx512vl = (b >> 31) & 1;
   f.avx512vnni = (c >> 11) & 1;
+  __cpuid_count(7, 1, a, b, c, d);
+  f.avx_vnni = (a >> 4) & 1;
   return f;
 }
 
@@ -50,6 +53,8 @@ const char* isa_name(Isa isa) {
       return "scalar";
     case Isa::Avx2:
       return "avx2";
+    case Isa::AvxVnni:
+      return "avxvnni";
     case Isa::Avx512:
       return "avx512";
   }
@@ -59,9 +64,10 @@ const char* isa_name(Isa isa) {
 Isa parse_isa(std::string_view name) {
   if (name == "scalar") return Isa::Scalar;
   if (name == "avx2") return Isa::Avx2;
+  if (name == "avxvnni") return Isa::AvxVnni;
   if (name == "avx512") return Isa::Avx512;
   throw InvalidArgument("unknown instruction set '" + std::string(name) +
-                        "': expected scalar, avx2 or avx512");
+                        "': expected scalar, avx2, avxvnni or avx512");
 }
 
 bool isa_supported(Isa isa) {
@@ -73,6 +79,8 @@ bool isa_supported(Isa isa) {
       return true;
     case Isa::Avx2:
       return avx2;
+    case Isa::AvxVnni:
+      return avx2 && f.avx_vnni;
     case Isa::Avx512:
       return avx2 && f.os_avx512 && f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl &&
              f.avx512vnni;
@@ -82,8 +90,17 @@ bool isa_supported(Isa isa) {
 
 Isa detect_best_isa() {
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
+  if (isa_supported(Isa::AvxVnni)) return Isa::AvxVnni;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
   return Isa::Scalar;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> v;
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512}) {
+    if (isa_supported(i)) v.push_back(i);
+  }
+  return v;
 }
 
 Isa isa_from_env() {

@@ -32,6 +32,18 @@ const KernelTable& kernel_table(Isa isa) {
                                  32};
       return t;
     }
+    case Isa::AvxVnni: {
+      static const KernelTable t{&mm::avxvnni_kernels(),
+                                 avx2::exp_n,
+                                 avx2::rmsnorm,
+                                 avx2::swiglu,
+                                 &avx2::kAttn,
+                                 probe_detail::fma_loop_avx2,
+                                 8,
+                                 probe_detail::int8_loop_avxvnni,
+                                 32};
+      return t;
+    }
     case Isa::Scalar:
       break;
   }

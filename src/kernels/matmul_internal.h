@@ -144,9 +144,9 @@ struct IsaKernels {
   void (*float_panels)(DType elem, const uint8_t* panels, size_t pbytes, int64_t np, int64_t k,
                        const float* xp, int64_t xs, int64_t m, float* out);
   // Activation rows per block of ActRows (<= kActRows): the rows the integer
-  // path passes over each block of panels at a time. AVX2 tiles take 2 rows
-  // and read each activation row once per half panel, so 4 rows (K bytes
-  // each) stay in L1 where 8 of the down matrix's did not. Speed only.
+  // path passes over each block of panels at a time. AVX2 tiles read each
+  // activation row once per half panel, so 4 rows (K bytes each) stay in L1
+  // where 8 of the down matrix's did not. Speed only.
   int act_rows = kActRows;
 };
 
@@ -163,6 +163,7 @@ inline uint16_t rd16(const uint8_t* p) {
 
 const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
+const IsaKernels& avxvnni_kernels();  // avx2_kernels() with AVX-VNNI's integer tiles
 const IsaKernels& avx512_kernels();
 
 // Shared scalar pieces (matmul_scalar.cpp), and the panel kernels of each

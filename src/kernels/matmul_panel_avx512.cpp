@@ -58,6 +58,7 @@ struct V512 : avx512::Vec {
   static I high16(I a) { return _mm512_srai_epi32(a, 16); }
   // vpdpbusd cannot scale inside: Q6_K's sub-scales are multiplied after.
   static constexpr bool kScaledDot = false;
+  static constexpr bool kI16Acc = false;               // vpdpbusd sums into int32 itself
   static F cvt(I a) { return _mm512_cvtepi32_ps(a); }  // exact: |a| < 2^24
 };
 

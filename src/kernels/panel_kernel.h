@@ -136,6 +136,8 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
       // registers: larger tiles), or in two where the tile has too few
       // chains to hide vpdpbusd's latency (decode). Exact either way.
       constexpr bool kHalves = kScales == PanelScales::Q6K || NH * C < 4;
+      constexpr bool kI16 = V::kI16Acc && kVals != PanelValues::I8;
+      constexpr int kI16Chunks = kVals == PanelValues::U6 ? 2 : 4;
       I s_lo[NH][C], s_hi[NH][C];
       for (int h = 0; h < NH; ++h) {
         for (int c = 0; c < C; ++c) s_lo[h][c] = s_hi[h][c] = V::izero();
@@ -157,6 +159,13 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
           I h1 = V::izero(), h2 = V::izero();
           if constexpr (kVals != PanelValues::U4) h1 = V::load(grp + kHigh + row_off[h]);
           if constexpr (kVals == PanelValues::U6) h2 = V::load(grp + kHigh2 + row_off[h]);
+          // Where V sums maddubs' pairs in int16 lanes (V::kI16Acc), each lane
+          // holds 2 products of u <= 2^bits - 1 and |q| <= 127 (pair <= 3810,
+          // 7874, 16002 for 4, 5, 6 bits): a lane takes 16, 8 or 4 products
+          // (both halves' chunks for 4 bits, kI16Chunks of one half else)
+          // before it is widened to int32 (<= 30480, 31496, 32004 < 2^15).
+          I t_lo[C], t_hi[C];
+          for (int c = 0; c < C; ++c) t_lo[c] = t_hi[c] = V::izero();
           auto chunk = [&](auto jc) {
             constexpr int j = decltype(jc)::value;
             const I nib = V::load(grp + j * 64 + row_off[h]);
@@ -181,7 +190,24 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
             for (int c = 0; c < C; ++c) {
               const I qlo = V::bcast(load32(qg + 32 * c + 4 * j));
               const I qhi = V::bcast(load32(qg + 32 * c + 16 + 4 * j));
-              if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
+              if constexpr (kI16) {
+                I& t1 = kVals == PanelValues::U4 ? t_lo[c] : t_hi[c];
+                t_lo[c] = V::dot16(t_lo[c], lo, qlo);
+                t1 = V::dot16(t1, hi, qhi);
+                if constexpr ((j + 1) % kI16Chunks == 0) {  // widen before int16 can overflow
+                  if constexpr (kScales == PanelScales::Q6K) {
+                    s_lo[h][c] = V::widen_scaled(s_lo[h][c], t_lo[c], sc_a16[h]);
+                    s_hi[h][c] = V::widen_scaled(s_hi[h][c], t_hi[c], sc_b16[h]);
+                  } else {
+                    s_lo[h][c] = V::widen(s_lo[h][c], t_lo[c]);
+                    if constexpr (kVals != PanelValues::U4) {
+                      (kHalves ? s_hi[h][c] : s_lo[h][c]) =
+                          V::widen(kHalves ? s_hi[h][c] : s_lo[h][c], t_hi[c]);
+                    }
+                  }
+                  t_lo[c] = t_hi[c] = V::izero();
+                }
+              } else if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
                 s_lo[h][c] = V::dot_scaled(s_lo[h][c], lo, qlo, sc_a16[h]);
                 s_hi[h][c] = V::dot_scaled(s_hi[h][c], hi, qhi, sc_b16[h]);
               } else {

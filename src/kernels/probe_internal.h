@@ -15,6 +15,7 @@ float fma_loop_avx512(int64_t iters);  // 16 lanes
 // Products per iteration: kIntChains * 32 (avx2) or * 64 (avx512).
 inline constexpr int kIntChains = 8;
 int32_t int8_loop_avx2(int64_t iters);
+int32_t int8_loop_avxvnni(int64_t iters);  // 32 products, as avx2's
 int32_t int8_loop_avx512(int64_t iters);
 
 }  // namespace encore::kernels::probe_detail
