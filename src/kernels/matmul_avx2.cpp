@@ -78,8 +78,10 @@ struct VF256 : avx2::Vec {
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels k{quantize_act_avx2, panel_tile_avx2,
-                            float_panel_kernel::float_panels<VF256>, 4};
+  static const IsaKernels k{.quantize_act = quantize_act_avx2,
+                            .panel_tile = panel_tile_avx2,
+                            .float_panels = float_panel_kernel::float_panels<VF256>,
+                            .act_rows = 4};
   return k;
 }
 

@@ -24,7 +24,6 @@ struct V256 : avx2::Vec {
   // rows. bench_matmul, m = 512: Q4_K 49 -> 44 ms, Q6_K 57 -> 45, Q8_0 51 -> 46
   // (tiles of 2 rows before).
   static constexpr int kMaxC = 4;
-  static constexpr int kMaxCWide = 4;
   // Signed weights use the sign trick instead (|w| * sign(q, w)): no bias.
   static constexpr int kI8Bias = 0;
   static I izero() { return _mm256_setzero_si256(); }

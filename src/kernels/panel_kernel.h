@@ -277,9 +277,7 @@ template <class V, PanelValues kVals, PanelScales kScales, bool kMin, int kBias>
 void tiles(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int C, float* out) {
   constexpr int kRegs = kRows / V::kW;
   assert(i0 % a.block + C <= a.block);  // one block of rows (matmul_internal.h)
-  // Types whose group sums fit one register each (no halves, no offset
-  // chain) take wider tiles: each weight register then feeds more products.
-  constexpr int kMaxC = kScales != PanelScales::Q6K && !kMin ? V::kMaxCWide : V::kMaxC;
+  constexpr int kMaxC = V::kMaxC;
   static_assert(kMaxC <= kMaxTileC);
   if (C == 1) {
     tile<V, kVals, kScales, kMin, kBias, 1, kRegs>(panel, k, a, i0, 0, true, out);
