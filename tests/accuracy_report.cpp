@@ -1,7 +1,7 @@
 // accuracy_report: how far the engine's logits are from the double-precision
 // reference forward pass (tests/reference_forward.h), one line per model.
 //
-//   accuracy_report [--isa scalar|avx2|avx512] [--kv f32|f16] [--threads N]
+//   accuracy_report [--isa scalar|avx2|avxvnni|avx512] [--kv f32|f16] [--threads N]
 //                   [--tokens N] model.gguf...
 //
 // Every model gets the same token sequence: its BOS id (tokenizer.ggml.
@@ -133,9 +133,10 @@ void report(const std::string& path, std::optional<Isa> isa, DType kv, int threa
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: accuracy_report [--isa scalar|avx2|avx512] [--kv f32|f16] [--threads N] "
-               "[--tokens N] model.gguf...\n");
+  std::fprintf(
+      stderr,
+      "usage: accuracy_report [--isa scalar|avx2|avxvnni|avx512] [--kv f32|f16] [--threads N] "
+      "[--tokens N] model.gguf...\n");
   return 2;
 }
 

@@ -238,6 +238,55 @@ TEST(Panel, LargestSumsAreExactOnEveryIsa) {
   }
 }
 
+// The largest 4-, 5- and 6-bit sums, where the AVX2 kernels' int16 lanes
+// (maddubs pairs summed before they are widened: panel_kernel.h) would
+// saturate if they took one product more: every stored value at its maximum
+// (u = 15, 31, 63) against activations of +-127, 16, 8 and 4 products per
+// lane (30480, 31496, 32004). 8 activation rows: the widest tiles of every
+// ISA. Every ISA must give the scalar twin's bits.
+TEST(Panel, LargestNibbleSumsFitTheInt16Lanes) {
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q6_K}) {
+    const int64_t cols = 512, rows = 16, m = 8;
+    const size_t row_bytes = dtype_row_bytes(t, cols);
+    std::vector<uint8_t> bytes(row_bytes * rows, 0xff);  // every u at its maximum
+    const uint16_t one = f32_to_fp16(1.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = bytes.data() + r * row_bytes;
+      if (t == DType::Q6_K) {
+        for (int64_t b = 0; b < cols / 256; ++b) {
+          uint8_t* blk = row + b * sizeof(BlockQ6_K);
+          std::memset(blk + offsetof(BlockQ6_K, scales), 1, 16);
+          std::memcpy(blk + offsetof(BlockQ6_K, d), &one, 2);
+        }
+      } else {
+        const size_t bb = t == DType::Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ5_0);
+        for (int64_t b = 0; b < cols / 32; ++b) std::memcpy(row + b * bb, &one, 2);
+      }
+    }
+    const WeightView w{t, bytes.data(), rows, cols, row_bytes};
+    std::vector<float> x(static_cast<size_t>(m * cols));
+    for (int64_t i = 0; i < m; ++i) {  // q = -127 and +127 in turn
+      std::fill_n(x.begin() + i * cols, cols, i % 2 == 0 ? -1.0f : 1.0f);
+    }
+    std::vector<float> ref(static_cast<size_t>(m * rows)), y(ref.size());
+    matmul(w, x.data(), ref.data(), m, nullptr, Isa::Scalar);
+    // The twin itself: Q4_0's w = 15 - 8 = 7 in every group, S_g = 32 * 7 * q.
+    if (t == DType::Q4_0) {
+      float acc = 0.0f;
+      for (int g = 0; g < cols / 32; ++g) {
+        acc = std::fma(static_cast<float>(32 * 7 * -127), static_cast<float>(1.0 / 127), acc);
+      }
+      EXPECT_EQ(ref[0], acc);
+    }
+    for (Isa isa : supported_isas()) {
+      if (isa == Isa::Scalar) continue;
+      std::fill(y.begin(), y.end(), -1.0f);
+      matmul(w, x.data(), y.data(), m, nullptr, isa);
+      EXPECT_TRUE(same_bits(y, ref)) << dtype_name(t) << " " << isa_name(isa);
+    }
+  }
+}
+
 // The panels really are what matmul reads: other bytes in them give other
 // outputs (so a kernel that went back to the GGUF rows would fail here).
 TEST(Panel, MatmulReadsThePanelsItIsGiven) {

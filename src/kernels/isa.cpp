@@ -33,6 +33,7 @@ CpuFeatures query_cpu() {
     f.os_avx512 = f.os_avx && (lo & 0xe0u) == 0xe0u;
   }
   __cpuid_count(7, 0, a, b, c, d);
+  const unsigned max_subleaf = a;
   f.avx2 = (b >> 5) & 1;
   f.bmi2 = (b >> 8) & 1;
   f.avx512f = (b >> 16) & 1;
@@ -40,8 +41,10 @@ CpuFeatures query_cpu() {
   f.avx512bw = (b >> 30) & 1;
   f.avx512vl = (b >> 31) & 1;
   f.avx512vnni = (c >> 11) & 1;
-  __cpuid_count(7, 1, a, b, c, d);
-  f.avx_vnni = (a >> 4) & 1;
+  if (max_subleaf >= 1) {
+    __cpuid_count(7, 1, a, b, c, d);
+    f.avx_vnni = (a >> 4) & 1;  // VEX-encoded: AVX's OS state (os_avx) suffices
+  }
   return f;
 }
 

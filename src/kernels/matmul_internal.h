@@ -75,7 +75,8 @@ inline constexpr int64_t kDecodeRows = 8;
 
 // The inline helpers of this header sit in an anonymous namespace: it is
 // included by files compiled for different ISAs (matmul_avx2.cpp and
-// matmul_panel_avx2.cpp with AVX2 and BMI2, matmul_avx512.cpp and
+// matmul_panel_avx2.cpp with AVX2 and BMI2, matmul_panel_avxvnni.cpp with
+// AVX-VNNI besides, matmul_avx512.cpp and
 // matmul_panel_avx512.cpp with AVX-512), and a shared inline copy that the
 // compiler did not inline could be the one built for the wider ISA, then
 // called from the scalar or AVX2 path. Each file keeps its own copy.

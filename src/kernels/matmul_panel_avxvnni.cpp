@@ -1,9 +1,9 @@
 // The integer panel kernel (panel_kernel.h) for AVX2 CPUs with AVX-VNNI
-// (Isa::Avx2Vnni: Alder Lake and later Intel cores, Zen 5): AVX2's
+// (Isa::AvxVnni: Alder Lake and later Intel cores, Zen 5): AVX2's
 // operations (panel_int_avx2.h) with vpdpbusd on ymm, which sums 4 products
 // per row into int32 in one instruction where maddubs, madd and add take
 // three. The same sums, exactly, so the same bits. Compiled with -mavxvnni
-// besides AVX2's flags, and only called after isa_supported(Isa::Avx2Vnni).
+// besides AVX2's flags, and only called after isa_supported(Isa::AvxVnni).
 #include <immintrin.h>
 
 #include "kernels/matmul_internal.h"

@@ -1,13 +1,15 @@
 // The integer panel kernel, written once over the vector width: V is the
-// AVX-512 (16 rows per register) or AVX2 (8 rows, half a panel) set of
-// integer and float operations. It computes the order of matmul_internal.h
+// AVX-512 (16 rows per register), AVX2 or AVX-VNNI (8 rows, half a panel)
+// set of integer and float operations. It computes the order of matmul_internal.h
 // for the 16 rows of one panel (panel.h) and C activation rows: SIMD lanes
 // hold different rows, so each output is one chain over its groups, the
 // same on every ISA. Integer sums are exact, so how the 32 products of a
-// group are grouped (vpdpbusd's 4, maddubs' 2) changes nothing.
+// group are grouped (vpdpbusd's 4, maddubs' 2, int16 sums of maddubs'
+// pairs) changes nothing.
 //
 // Include only from the translation unit of V's ISA (*_avx2.cpp,
-// *_avx512.cpp), inside an anonymous namespace (see matmul_internal.h).
+// *_avxvnni.cpp, *_avx512.cpp), inside an anonymous namespace (see
+// matmul_internal.h).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -134,10 +136,13 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
       // Q6_K scales each half of a group by its own sub-scale, so its two
       // halves sum apart; the other types sum a group in one register (fewer
       // registers: larger tiles), or in two where the tile has too few
-      // chains to hide vpdpbusd's latency (decode). Exact either way.
+      // chains to hide vpdpbusd's latency (decode; AVX2's 4-bit int16 sums
+      // take one register either way). Exact either way.
       constexpr bool kHalves = kScales == PanelScales::Q6K || NH * C < 4;
       constexpr bool kI16 = V::kI16Acc && kVals != PanelValues::I8;
       constexpr int kI16Chunks = kVals == PanelValues::U6 ? 2 : 4;
+      static_assert(!kI16 || kScales != PanelScales::Q6K || V::kScaledDot,
+                    "Q6_K's int16 sums are widened with their sub-scales (sc_a16, sc_b16)");
       I s_lo[NH][C], s_hi[NH][C];
       for (int h = 0; h < NH; ++h) {
         for (int c = 0; c < C; ++c) s_lo[h][c] = s_hi[h][c] = V::izero();

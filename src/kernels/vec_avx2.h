@@ -3,7 +3,8 @@
 // once for both ISAs (vec_avx512.h is the 16-lane twin). Every member maps to
 // one instruction or a fixed short sequence with a fixed meaning per lane, so
 // code written over it runs the same operations on either width.
-// Include only from translation units compiled for AVX2 (*_avx2.cpp).
+// Include only from translation units compiled for AVX2 (*_avx2.cpp,
+// *_avxvnni.cpp).
 // Thread-safety: pure functions.
 #pragma once
 
