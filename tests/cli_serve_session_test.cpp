@@ -222,17 +222,16 @@ TEST_F(ServeSession, AConversationReplaysWithoutRepeatingSeedsOnOneServerAndAcro
   EXPECT_EQ(metric(b, "encore_seeds_session_total"), 2);
   EXPECT_EQ(metric(a, "encore_requests_restored_total"), 0) << "a's turns hit its RAM cache";
 
-  // --async-session-writes answers first: the write is still queued then.
-  // Redis holds writes longer than the store's 500 ms command timeout, so
-  // the write stays pending for that timeout from when it starts, whatever
-  // the time the generation took (a 300 ms pause begun before the request
-  // had run out under CI load); it then fails and is counted, harmlessly.
+  // --async-session-writes answers first: the write is still queued or
+  // being written then. What keeps it pending is a race: the request's own
+  // Redis read (a GET pipelined with a ZADD, which CLIENT PAUSE WRITE holds)
+  // times out after 500 ms and marks the tier down for its retry window
+  // (1 s), so the Redis write then fails at once, and the bytes read are the
+  // record's write to the directory tier. A try that finds it done reads 0,
+  // so up to 3 tries, each on a new session, 1.2 s apart (past the window).
+  // Without the flag every try reads 0: the answer waits for the write.
   ServeProcess c(model_,
                  {"--state-dir", d.file("c"), "--redis", redis.url(), "--async-session-writes"});
-  // Up to 3 tries, each on a new session: in the full suite one read 0 now
-  // and then (a Redis command of the request itself can time out under the
-  // pause; the tier then fails writes at once for its retry_after, 1 s).
-  // Without the flag every try reads 0: the answer waits for the write.
   ASSERT_TRUE(c.ready()) << c.stderr_text();
   int status = 0;
   double pending = 0;
