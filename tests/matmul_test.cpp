@@ -34,8 +34,6 @@ const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
                         DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                         DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-const Isa kIsas[] = {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512};
-
 bool is_k_quant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
@@ -83,8 +81,7 @@ std::vector<float> run(const Weights& w, const std::vector<float>& x, int64_t m,
 void expect_isas_equal_scalar(const Weights& w, const std::vector<float>& x, int64_t m) {
   const std::vector<float> xm(x.begin(), x.begin() + m * w.cols);
   const auto ref = run(w, xm, m, Isa::Scalar);
-  for (Isa isa : kIsas) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     EXPECT_TRUE(same_bits(run(w, xm, m, isa), ref))
         << dtype_name(w.type) << " cols=" << w.cols << " m=" << m << " isa=" << isa_name(isa);
   }
@@ -165,8 +162,7 @@ TEST(Matmul, RepackedPanelsAreWhatMatmulReads) {
     packed.panels = panels.data();
     for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{30}}) {
       const auto x = test::random_acts(m, cols, 52);
-      for (Isa isa : kIsas) {
-        if (!isa_supported(isa)) continue;
+      for (Isa isa : supported_isas()) {
         std::vector<float> y0(static_cast<size_t>(m * rows)), y1(y0.size());
         matmul(w.view, x.data(), y0.data(), m, nullptr, isa);
         matmul(packed, x.data(), y1.data(), m, nullptr, isa);
@@ -180,8 +176,7 @@ TEST(Matmul, RepackedPanelsAreWhatMatmulReads) {
     uint8_t* v = panels.data() + panels.size() / panel_count(rows) + 1 * e;
     v[e - 1] ^= 0x40;  // a high exponent bit: a far larger or smaller weight
     const auto x = test::random_acts(1, cols, 53);
-    for (Isa isa : kIsas) {
-      if (!isa_supported(isa)) continue;
+    for (Isa isa : supported_isas()) {
       std::vector<float> y0(static_cast<size_t>(rows)), y1(y0.size());
       matmul(w.view, x.data(), y0.data(), 1, nullptr, isa);
       matmul(packed, x.data(), y1.data(), 1, nullptr, isa);
@@ -198,8 +193,7 @@ TEST(Matmul, BatchInvariance) {
     const int64_t cols = cols_for(t).back();
     const Weights w = make_weights(t, 11, cols, 3);
     const auto x = test::random_acts(33, cols, 4);
-    for (Isa isa : kIsas) {
-      if (!isa_supported(isa)) continue;
+    for (Isa isa : supported_isas()) {
       // The m = 1 result of each activation row.
       std::vector<float> single(static_cast<size_t>(33 * w.rows));
       for (int64_t i = 0; i < 33; ++i) {
@@ -230,8 +224,7 @@ TEST(Matmul, ThreadCountInvariance) {
     const Weights w = make_weights(t, 37, cols, 5);  // 37 * 512 * 5 > kMinParallelWork
     for (int64_t m : {int64_t{5}, int64_t{20}}) {
       const auto x = test::random_acts(m, cols, 6);
-      for (Isa isa : kIsas) {
-        if (!isa_supported(isa)) continue;
+      for (Isa isa : supported_isas()) {
         const auto ref = run(w, x, m, isa, nullptr);
         for (ThreadPool* p : {&p1, &p2, &p3}) {
           EXPECT_TRUE(same_bits(run(w, x, m, isa, p), ref))
@@ -262,8 +255,7 @@ TEST(Matmul, ManyMatricesOfOneInputEqualOneCallEach) {
   ws.push_back(make_weights(DType::F32, 90, cols, 15));
   for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{12}, int64_t{70}}) {
     const auto x = test::random_acts(m, cols, 16);
-    for (Isa isa : kIsas) {
-      if (!isa_supported(isa)) continue;
+    for (Isa isa : supported_isas()) {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &p2, &p3}) {
         std::vector<std::vector<float>> ys;
         std::vector<MatmulOut> outs;
@@ -314,8 +306,7 @@ TEST(Matmul, BlockedFloatPathEqualsDotCanonical) {
                                             ~uintptr_t{63}) +
                    shift;
         std::copy(acts.begin(), acts.end(), x);
-        for (Isa isa : kIsas) {
-          if (!isa_supported(isa)) continue;
+        for (Isa isa : supported_isas()) {
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> y(static_cast<size_t>(m * rows), -1.0f);
             matmul(w.view, x, y.data(), m, p, isa, p != nullptr ? &scratch : nullptr);
@@ -359,8 +350,7 @@ TEST(Matmul, ScratchContentsNeverReachTheOutput) {
       const Weights w = make_weights(t, 13, cols, 41);
       for (int64_t m : {int64_t{3}, int64_t{12}, int64_t{70}}) {
         const auto x = test::random_acts(m, cols, 42);
-        for (Isa isa : kIsas) {
-          if (!isa_supported(isa)) continue;
+        for (Isa isa : supported_isas()) {
           const auto ref = run(w, x, m, isa, &pool);
           MatmulScratch s;
           const size_t n = 1 << 17;
@@ -459,8 +449,7 @@ TEST(Matmul, EdgeValuesAreIdenticalAcrossIsas) {
         EXPECT_TRUE(std::isnan(ref[5 * w.rows + r])) << dtype_name(t);
       }
     }
-    for (Isa isa : kIsas) {
-      if (!isa_supported(isa)) continue;
+    for (Isa isa : supported_isas()) {
       EXPECT_TRUE(same_bits(run(w, x, m, isa), ref)) << dtype_name(t) << " " << isa_name(isa);
     }
   }
@@ -476,8 +465,7 @@ TEST(Matmul, NegativeZeroLanesSurviveFloatTails) {
       const std::vector<float> x(static_cast<size_t>(m * cols), 1e-30f);
       const WeightView w{DType::F32, reinterpret_cast<const uint8_t*>(wrow.data()), 1, cols,
                          static_cast<size_t>(cols) * sizeof(float)};
-      for (Isa isa : kIsas) {
-        if (!isa_supported(isa)) continue;
+      for (Isa isa : supported_isas()) {
         std::vector<float> y(static_cast<size_t>(m), 1.0f);
         matmul(w, x.data(), y.data(), m, nullptr, isa);
         for (int64_t i = 0; i < m; ++i) {
@@ -490,8 +478,7 @@ TEST(Matmul, NegativeZeroLanesSurviveFloatTails) {
 }
 
 TEST(Matmul, OddShapes) {
-  for (Isa isa : kIsas) {
-    if (!isa_supported(isa)) continue;
+  for (Isa isa : supported_isas()) {
     for (DType t : {DType::F32, DType::Q8_0, DType::Q4_K}) {
       const int64_t cols = t == DType::F32 ? 1 : 256;
       const Weights w = make_weights(t, 1, cols, 11);

@@ -91,20 +91,15 @@ bool isa_supported(Isa isa) {
   return false;
 }
 
-Isa detect_best_isa() {
-  if (isa_supported(Isa::Avx512)) return Isa::Avx512;
-  if (isa_supported(Isa::AvxVnni)) return Isa::AvxVnni;
-  if (isa_supported(Isa::Avx2)) return Isa::Avx2;
-  return Isa::Scalar;
-}
-
 std::vector<Isa> supported_isas() {
   std::vector<Isa> v;
-  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512}) {
+  for (Isa i : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512}) {  // slowest first
     if (isa_supported(i)) v.push_back(i);
   }
   return v;
 }
+
+Isa detect_best_isa() { return supported_isas().back(); }  // scalar is always there
 
 Isa isa_from_env() {
   const char* env = std::getenv("ENCORE_ISA");

@@ -32,16 +32,13 @@ const KernelTable& kernel_table(Isa isa) {
                                  32};
       return t;
     }
-    case Isa::AvxVnni: {
-      static const KernelTable t{&mm::avxvnni_kernels(),
-                                 avx2::exp_n,
-                                 avx2::rmsnorm,
-                                 avx2::swiglu,
-                                 &avx2::kAttn,
-                                 probe_detail::fma_loop_avx2,
-                                 8,
-                                 probe_detail::int8_loop_avxvnni,
-                                 32};
+    case Isa::AvxVnni: {  // AVX2's table but for the integer tiles and their probe
+      static const KernelTable t = [] {
+        KernelTable k = kernel_table(Isa::Avx2);
+        k.matmul = &mm::avxvnni_kernels();
+        k.int8_loop = probe_detail::int8_loop_avxvnni;
+        return k;
+      }();
       return t;
     }
     case Isa::Scalar:

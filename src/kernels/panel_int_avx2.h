@@ -62,9 +62,9 @@ struct V256 : avx2::Vec {
   static I s8_pairs(const uint8_t* p) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  // Q6_K's sub-scales ride in the madd that sums maddubs' pairs (instead of
-  // a madd with ones and two vpmulld per group): the pairs (<= 2 * 63 * 127)
-  // times a scale (|sc| <= 128) stay far inside int32.
+  // Q6_K's sub-scales ride in the madd that widens the int16 sums
+  // (widen_scaled, instead of a madd with ones and two vpmulld per group):
+  // the sums (<= 32004) times a scale (|sc| <= 128) stay far inside int32.
   static constexpr bool kScaledDot = true;
   static I twice_low16(I a) {  // each lane's low int16 in both halves
     const I lo = _mm256_and_si256(a, _mm256_set1_epi32(0xffff));
@@ -73,9 +73,6 @@ struct V256 : avx2::Vec {
   static I twice_high16(I a) {
     const I hi = _mm256_srli_epi32(a, 16);
     return _mm256_or_si256(hi, _mm256_slli_epi32(hi, 16));
-  }
-  static I dot_scaled(I acc, I u, I q, I sc16) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sc16));
   }
   // maddubs' int16 pairs summed in int16 lanes, widened to int32 only once
   // per 16, 8 or 4 products (panel_kernel.h bounds them): fewer madd + add

@@ -122,7 +122,7 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
           __builtin_prefetch(reinterpret_cast<const void*>(ahead), 0, kPrefetchLocality);
         }
       }
-      // Q6_K where V multiplies the sub-scales inside its dot product
+      // Q6_K where V multiplies the sub-scales as it widens its int16 sums
       // (V::kScaledDot): per register the pairs (sc_a, sc_b) of each row as
       // int16, and each scale twice in a 32-bit lane.
       I sc_pair[NH], sc_a16[NH], sc_b16[NH];
@@ -141,8 +141,9 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
       constexpr bool kHalves = kScales == PanelScales::Q6K || NH * C < 4;
       constexpr bool kI16 = V::kI16Acc && kVals != PanelValues::I8;
       constexpr int kI16Chunks = kVals == PanelValues::U6 ? 2 : 4;
-      static_assert(!kI16 || kScales != PanelScales::Q6K || V::kScaledDot,
-                    "Q6_K's int16 sums are widened with their sub-scales (sc_a16, sc_b16)");
+      // Q6_K's sub-scales ride in the madd that widens its int16 sums, so
+      // a V scales inside exactly when it sums in int16.
+      static_assert(kScales != PanelScales::Q6K || V::kScaledDot == kI16);
       I s_lo[NH][C], s_hi[NH][C];
       for (int h = 0; h < NH; ++h) {
         for (int c = 0; c < C; ++c) s_lo[h][c] = s_hi[h][c] = V::izero();
@@ -206,15 +207,12 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
                   } else {
                     s_lo[h][c] = V::widen(s_lo[h][c], t_lo[c]);
                     if constexpr (kVals != PanelValues::U4) {
-                      (kHalves ? s_hi[h][c] : s_lo[h][c]) =
-                          V::widen(kHalves ? s_hi[h][c] : s_lo[h][c], t_hi[c]);
+                      I& s1 = kHalves ? s_hi[h][c] : s_lo[h][c];
+                      s1 = V::widen(s1, t_hi[c]);
                     }
                   }
                   t_lo[c] = t_hi[c] = V::izero();
                 }
-              } else if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
-                s_lo[h][c] = V::dot_scaled(s_lo[h][c], lo, qlo, sc_a16[h]);
-                s_hi[h][c] = V::dot_scaled(s_hi[h][c], hi, qhi, sc_b16[h]);
               } else {
                 I& s1 = kHalves ? s_hi[h][c] : s_lo[h][c];
                 s_lo[h][c] = V::dot(s_lo[h][c], lo, qlo);
