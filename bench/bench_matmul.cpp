@@ -235,8 +235,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_ReadBandwidth", BM_ReadBandwidth)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  const DType types[] = {DType::Q8_0, DType::Q4_K, DType::Q4_0,
-                         DType::Q6_K, DType::Q5_K, DType::F16};
+  const DType types[] = {DType::Q8_0, DType::Q4_K, DType::Q4_0, DType::Q6_K,
+                         DType::Q5_K, DType::F16,  DType::F32,  DType::BF16};
   const Isa isas[] = {Isa::Avx512, Isa::AvxVnni, Isa::Avx2, Isa::Scalar};
   for (DType t : types) {
     struct Case {

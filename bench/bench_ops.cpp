@@ -82,7 +82,9 @@ void BM_ExpShifted(benchmark::State& state, Isa isa) {
 }
 
 // One KV head's 8 query heads over n_kv cached tokens in blocks of 16.
-void BM_Attention(benchmark::State& state, Isa isa, DType kv_type, int64_t n_kv) {
+// n_tok query tokens at the end of n_kv cached ones (a prefill chunk: token
+// i sees n_kv - n_tok + i + 1 rows); n_tok = 1 is one decode step.
+void BM_Attention(benchmark::State& state, Isa isa, DType kv_type, int64_t n_kv, int n_tok) {
   constexpr int kHeadDim = 64, kGroup = 8, kKvHeads = 4, kBlock = 16;
   const int64_t row = int64_t{kKvHeads} * kHeadDim;
   const int64_t n_blocks = (n_kv + kBlock - 1) / kBlock;
@@ -106,16 +108,20 @@ void BM_Attention(benchmark::State& state, Isa isa, DType kv_type, int64_t n_kv)
     vp[b] = vb.data() + b * kBlock * row * elem;
   }
   const k::PagedKv kv{kp.data(), vp.data(), kv_type, kBlock, row};
-  const std::vector<float> q = random_floats(int64_t{kGroup} * kHeadDim, -1, 1, 8);
-  std::vector<float> scores(kGroup * n_kv), out(kGroup * kHeadDim);
+  const int64_t qs = int64_t{kGroup} * kHeadDim;
+  const std::vector<float> q = random_floats(n_tok * qs, -1, 1, 8);
+  std::vector<float> scores(static_cast<size_t>(n_tok * kGroup * n_kv)), out(q.size());
+  std::vector<int64_t> visible(static_cast<size_t>(n_tok));
+  int64_t rows = 0;  // query-head rows scored per call
+  for (int i = 0; i < n_tok; ++i) rows += (visible[i] = n_kv - n_tok + i + 1) * kGroup;
   if (skip(state, isa)) return;
   for (auto _ : state) {
-    k::attention_gqa(q.data(), kGroup, kv, 1, n_kv, kHeadDim, 0.125f, scores.data(), out.data(),
-                     isa);
+    k::attention_tokens(q.data(), qs, n_tok, visible.data(), kGroup, kv, 1, kHeadDim, 0.125f,
+                        scores.data(), out.data(), isa);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["elem/s"] = benchmark::Counter(
-      static_cast<double>(kGroup * n_kv * state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["elem/s"] = benchmark::Counter(static_cast<double>(rows * state.iterations()),
+                                                benchmark::Counter::kIsRate);
 }
 
 }  // namespace
@@ -130,9 +136,11 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("BM_ExpShifted/" + s).c_str(), BM_ExpShifted, isa);
     for (DType t : {DType::F32, DType::F16}) {
       for (int64_t n_kv : {int64_t{100}, int64_t{2048}}) {
-        const std::string name =
-            fmt::format("BM_Attention/{}/kv={}/n_kv={}", s, encore::dtype_name(t), n_kv);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, t, n_kv);
+        for (int n_tok : {1, 16}) {
+          const std::string name = fmt::format("BM_Attention/{}/kv={}/n_kv={}/tokens={}", s,
+                                               encore::dtype_name(t), n_kv, n_tok);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attention, isa, t, n_kv, n_tok);
+        }
       }
     }
   }

@@ -560,6 +560,68 @@ TEST(OpsAttention, LongContextsPeakyScoresAndChunkBoundaries) {
   }
 }
 
+// attention_tokens: several query tokens of one sequence at once (a prefill
+// chunk), each with its own visible row count, against the scalar
+// attention_head token by token and head by head, on every ISA (the scalar
+// table too). Rows past a token's count must not reach it: the counts
+// differ by token and cut chunks mid-way, and a token with 0 rows gets zeros
+// beside tokens that see rows.
+TEST(OpsAttention, TokensOfAChunkEachSeeTheirOwnRows) {
+  int configs = 0;
+  for (int head_dim : {8, 17, 64, 80, 128}) {
+    for (DType type : {DType::F32, DType::F16}) {
+      for (int group : {1, 3, 4, 8}) {
+        const int64_t n_all = 300;
+        const int n_kv_heads = 2, g = 1;
+        const uint32_t seed = static_cast<uint32_t>(head_dim * 100 + group);
+        const TestKv t = make_kv(type, n_all, n_kv_heads, head_dim, 16, seed);
+        // Causal prefill counts, then counts that skip around: 0, past a
+        // chunk edge (128), the last row.
+        const std::vector<int64_t> n_kv = {281, 282, 283, 284, 285, 0, 1, 129, 127, 300, 17};
+        const int n_tok = static_cast<int>(n_kv.size());
+        const int64_t qs = int64_t{group} * head_dim + 5;  // heads of a token, then a gap
+        const std::vector<float> q = random_vec(static_cast<size_t>(n_tok * qs), seed + 9);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> ref(q.size(), 0.0f);
+        for (int i = 0; i < n_tok; ++i) {
+          for (int h = 0; h < group; ++h) {
+            std::vector<float> sc(static_cast<size_t>(std::max<int64_t>(1, n_kv[i])));
+            attention_head(q.data() + i * qs + h * head_dim, t.kv, g, n_kv[i], head_dim, scale,
+                           sc.data(), ref.data() + i * qs + h * head_dim, Isa::Scalar);
+          }
+        }
+        std::vector<Isa> isas = supported_isas();
+        isas.push_back(Isa::Scalar);
+        for (Isa isa : isas) {
+          std::vector<float> out(q.size(), 0.0f);
+          std::vector<float> sc(static_cast<size_t>(n_tok * group * n_all));
+          attention_tokens(q.data(), qs, n_tok, n_kv.data(), group, t.kv, g, head_dim, scale,
+                           sc.data(), out.data(), isa);
+          for (int i = 0; i < n_tok; ++i) {
+            for (int h = 0; h < group; ++h) {
+              const float* o = out.data() + i * qs + h * head_dim;
+              const float* r = ref.data() + i * qs + h * head_dim;
+              EXPECT_EQ(0, std::memcmp(o, r, sizeof(float) * static_cast<size_t>(head_dim)))
+                  << "head_dim " << head_dim << " " << dtype_name(type) << " group " << group
+                  << " token " << i << " (" << n_kv[i] << " rows) head " << h << " "
+                  << isa_name(isa);
+            }
+          }
+        }
+        // A token that sees one row more gets a different output: the
+        // counts are honoured, not just the largest.
+        std::vector<float> one(static_cast<size_t>(qs)), sc(static_cast<size_t>(group * n_all));
+        const int64_t more = n_kv[0] + 1;
+        attention_tokens(q.data(), qs, 1, &more, group, t.kv, g, head_dim, scale, sc.data(),
+                         one.data(), supported_isas().back());
+        EXPECT_NE(0, std::memcmp(one.data(), ref.data(), sizeof(float) * head_dim));
+        ++configs;
+      }
+    }
+  }
+  EXPECT_EQ(configs, 5 * 2 * 4);
+}
+
 TEST(OpsAttention, EdgeCases) {
   const int head_dim = 64;
   const TestKv t = make_kv(DType::F32, 40, 1, head_dim, 16, 5);

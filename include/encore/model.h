@@ -229,7 +229,7 @@ class ForwardContext {
   std::vector<float> att_;                // [n, n_head * head_dim] attention output
   std::vector<float> gate_;               // [n, n_ff]
   std::vector<float> up_;                 // [n, n_ff]
-  std::vector<float> scores_;             // [threads, group, n_ctx] attention probabilities
+  std::vector<float> scores_;             // [threads, run, group, visible] probabilities
   std::vector<float> rope_cos_;           // [n, n_rot / 2] RoPE angles per token
   std::vector<float> rope_sin_;           // [n, n_rot / 2]
   std::vector<float> out_x_;              // [n_out, n_embd] final normed rows needing logits

@@ -92,4 +92,15 @@ void attention_head(const float* q, const PagedKv& kv, int kv_head, int64_t n_kv
 void attention_gqa(const float* q, int n_q_heads, const PagedKv& kv, int kv_head, int64_t n_kv,
                    int head_dim, float scale, float* scores, float* out, Isa isa);
 
+// attention_gqa for n_tok query tokens of one sequence at once (a prefill
+// chunk), reading each K/V row once for all of them: token i attends over
+// rows [0, n_kv[i]) (n_kv[i] <= 0: zeros). Its heads are at q + i * q_stride
+// and out + i * q_stride ([n_q_heads, head_dim] each); scores: scratch
+// [n_tok * n_q_heads, n_max] (n_max: the largest n_kv[i]; token i's head h
+// uses row i * n_q_heads + h). Bit-identical to attention_gqa per token:
+// only the sharing of K/V reads and widenings changes, not any head's order.
+void attention_tokens(const float* q, int64_t q_stride, int n_tok, const int64_t* n_kv,
+                      int n_q_heads, const PagedKv& kv, int kv_head, int head_dim, float scale,
+                      float* scores, float* out, Isa isa);
+
 }  // namespace encore::kernels

@@ -71,12 +71,15 @@ void attention_head_scalar(const float* q, const PagedKv& kv, int kv_head, int64
   for (int d = 0; d < head_dim; ++d) out[d] = out[d] / sum;
 }
 
-// Runs n_heads query heads against one KV head with the SIMD building
-// blocks: K and V are each read once, in chunks of up to kAttnChunkRows rows
-// (F16 chunks are widened into scratch once for all heads).
-void attention_simd(const AttnKernels& kk, const float* q, int n_heads, const PagedKv& kv,
-                    int kv_head, int64_t n_kv, int head_dim, float scale, float* scores,
-                    float* out) {
+// Runs n_tok query tokens of n_heads query heads each against one KV head
+// with the SIMD building blocks: K and V are each read once, in chunks of up
+// to kAttnChunkRows rows, for every head of every token (F16 chunks are
+// widened into scratch once for all of them). Token i's heads: q + i * qs
+// and out + i * qs; its scores: rows [i * n_heads, (i + 1) * n_heads) of
+// scores, n_max apart (n_max: the largest n_kv[i]).
+void attention_simd(const AttnKernels& kk, const float* q, int64_t qs, int n_tok,
+                    const int64_t* n_kv, int n_heads, const PagedKv& kv, int kv_head, int64_t n_max,
+                    int head_dim, float scale, float* scores, float* out) {
   const int64_t head_off = static_cast<int64_t>(kv_head) * head_dim;
   const bool f16 = kv.type == DType::F16;
   // F16 scratch: ~32 KiB so a widened chunk stays in L1 while every head of
@@ -108,26 +111,46 @@ void attention_simd(const AttnKernels& kk, const float* q, int n_heads, const Pa
       }
     }
   };
+  // Token i's share of a chunk of rows [j0, j0 + n): its rows below n_kv[i].
+  auto rows_of = [&](int i, int64_t j0, int n) {
+    return static_cast<int>(std::clamp<int64_t>(n_kv[i] - j0, 0, n));
+  };
+  const int64_t hs = static_cast<int64_t>(n_heads) * n_max;  // scores of one token
 
-  for (int64_t j0 = 0; j0 < n_kv; j0 += chunk) {
-    const int n = static_cast<int>(std::min<int64_t>(chunk, n_kv - j0));
+  for (int64_t j0 = 0; j0 < n_max; j0 += chunk) {
+    const int n = static_cast<int>(std::min<int64_t>(chunk, n_max - j0));
     gather(kv.k_blocks, j0, n);
-    kk.scores(q, n_heads, head_dim, rows, n, scale, scores + j0, n_kv);
+    for (int i = 0; i < n_tok; ++i) {
+      if (const int ni = rows_of(i, j0, n); ni > 0) {
+        kk.scores(q + i * qs, n_heads, head_dim, rows, ni, scale, scores + i * hs + j0, n_max);
+      }
+    }
   }
-  std::vector<float> sums(static_cast<size_t>(n_heads));  // [n_heads]
-  for (int h = 0; h < n_heads; ++h) {
-    float* s = scores + h * n_kv;
-    sums[h] = kk.exp_sum(s, n_kv, kk.max(s, n_kv));
+  std::vector<float> sums(static_cast<size_t>(n_tok) * n_heads);  // [n_tok, n_heads]
+  for (int i = 0; i < n_tok; ++i) {
+    std::fill(out + i * qs, out + i * qs + static_cast<int64_t>(n_heads) * head_dim, 0.0f);
+    if (n_kv[i] <= 0) continue;
+    for (int h = 0; h < n_heads; ++h) {
+      float* s = scores + i * hs + h * n_max;
+      sums[static_cast<size_t>(i) * n_heads + h] = kk.exp_sum(s, n_kv[i], kk.max(s, n_kv[i]));
+    }
   }
-  std::fill(out, out + static_cast<int64_t>(n_heads) * head_dim, 0.0f);
-  for (int64_t j0 = 0; j0 < n_kv; j0 += chunk) {
-    const int n = static_cast<int>(std::min<int64_t>(chunk, n_kv - j0));
+  for (int64_t j0 = 0; j0 < n_max; j0 += chunk) {
+    const int n = static_cast<int>(std::min<int64_t>(chunk, n_max - j0));
     gather(kv.v_blocks, j0, n);
-    kk.accumulate(scores + j0, n_heads, n_kv, rows, n, head_dim, out);
+    for (int i = 0; i < n_tok; ++i) {
+      if (const int ni = rows_of(i, j0, n); ni > 0) {
+        kk.accumulate(scores + i * hs + j0, n_heads, n_max, rows, ni, head_dim, out + i * qs);
+      }
+    }
   }
-  for (int h = 0; h < n_heads; ++h) {
-    float* o = out + static_cast<int64_t>(h) * head_dim;
-    for (int d = 0; d < head_dim; ++d) o[d] = o[d] / sums[h];
+  for (int i = 0; i < n_tok; ++i) {
+    if (n_kv[i] <= 0) continue;
+    for (int h = 0; h < n_heads; ++h) {
+      float* o = out + i * qs + static_cast<int64_t>(h) * head_dim;
+      const float sum = sums[static_cast<size_t>(i) * n_heads + h];
+      for (int d = 0; d < head_dim; ++d) o[d] = o[d] / sum;
+    }
   }
 }
 
@@ -135,22 +158,34 @@ void attention_simd(const AttnKernels& kk, const float* q, int n_heads, const Pa
 
 void attention_head(const float* q, const PagedKv& kv, int kv_head, int64_t n_kv, int head_dim,
                     float scale, float* scores, float* out, Isa isa) {
-  attention_gqa(q, 1, kv, kv_head, n_kv, head_dim, scale, scores, out, isa);
+  attention_tokens(q, 0, 1, &n_kv, 1, kv, kv_head, head_dim, scale, scores, out, isa);
 }
 
 void attention_gqa(const float* q, int n_q_heads, const PagedKv& kv, int kv_head, int64_t n_kv,
                    int head_dim, float scale, float* scores, float* out, Isa isa) {
-  if (n_kv <= 0) {
-    std::fill(out, out + static_cast<int64_t>(n_q_heads) * head_dim, 0.0f);
+  attention_tokens(q, 0, 1, &n_kv, n_q_heads, kv, kv_head, head_dim, scale, scores, out, isa);
+}
+
+void attention_tokens(const float* q, int64_t q_stride, int n_tok, const int64_t* n_kv,
+                      int n_q_heads, const PagedKv& kv, int kv_head, int head_dim, float scale,
+                      float* scores, float* out, Isa isa) {
+  const int64_t n_max = n_tok > 0 ? std::max<int64_t>(0, *std::max_element(n_kv, n_kv + n_tok)) : 0;
+  if (const AttnKernels* kk = kernel_table(isa).attn; kk != nullptr && n_max > 0) {
+    attention_simd(*kk, q, q_stride, n_tok, n_kv, n_q_heads, kv, kv_head, n_max, head_dim, scale,
+                   scores, out);
     return;
   }
-  if (const AttnKernels* kk = kernel_table(isa).attn) {
-    attention_simd(*kk, q, n_q_heads, kv, kv_head, n_kv, head_dim, scale, scores, out);
-    return;
-  }
-  for (int h = 0; h < n_q_heads; ++h) {
-    attention_head_scalar(q + static_cast<int64_t>(h) * head_dim, kv, kv_head, n_kv, head_dim,
-                          scale, scores + h * n_kv, out + static_cast<int64_t>(h) * head_dim);
+  for (int i = 0; i < n_tok; ++i) {
+    for (int h = 0; h < n_q_heads; ++h) {
+      const int64_t at = i * q_stride + static_cast<int64_t>(h) * head_dim;
+      float* o = out + at;
+      if (n_kv[i] <= 0) {
+        std::fill(o, o + head_dim, 0.0f);
+        continue;
+      }
+      attention_head_scalar(q + at, kv, kv_head, n_kv[i], head_dim, scale,
+                            scores + (static_cast<int64_t>(i) * n_q_heads + h) * n_max, o);
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -119,48 +120,80 @@ struct OpsVec {
     }
   }
 
-  // kScoreRows rows (fewer at the end: missing rows repeat the last one and
-  // are not stored) against one query head.
+  // R rows (fewer at the end: missing rows repeat the last one and are not
+  // stored) against NH query heads (head h at qh + h * head_dim, its scores
+  // at s + h * s_stride), R * NH = V::kScoreRows accumulators: the heads
+  // share each row's loads.
+  template <int R, int NH>
   static void scores_tile(const float* qh, int head_dim, const float* const* rp, float scale,
-                          float* s, int nr) {
-    constexpr int R = V::kScoreRows;
-    F acc[R][kH];
+                          float* s, int64_t s_stride, int nr) {
+    static_assert(R * NH == V::kScoreRows);
+    F acc[V::kScoreRows][kH];  // [k * NH + h]: row k, head h
 #pragma GCC unroll 16
-    for (int k = 0; k < R; ++k) {
-      for (int h = 0; h < kH; ++h) acc[k][h] = V::zero();
+    for (int a = 0; a < V::kScoreRows; ++a) {
+      for (int h = 0; h < kH; ++h) acc[a][h] = V::zero();
     }
     int c = 0;
     for (; c + kDotLanes <= head_dim; c += kDotLanes) {
 #pragma GCC unroll 2
-      for (int h = 0; h < kH; ++h) {
-        const F q = V::load(qh + c + h * kW);
+      for (int l = 0; l < kH; ++l) {
+        F q[NH];
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; ++h) q[h] = V::load(qh + h * head_dim + c + l * kW);
 #pragma GCC unroll 16
-        for (int k = 0; k < R; ++k) acc[k][h] = V::fma(q, V::load(rp[k] + c + h * kW), acc[k][h]);
+        for (int k = 0; k < R; ++k) {
+          const F x = V::load(rp[k] + c + l * kW);
+#pragma GCC unroll 4
+          for (int h = 0; h < NH; ++h) acc[k * NH + h][l] = V::fma(q[h], x, acc[k * NH + h][l]);
+        }
       }
     }
-    for (int h = 0; h < kH && c + h * kW < head_dim; ++h) {
-      const M m = V::mask(head_dim - c - h * kW);
-      const F q = V::load_n(qh + c + h * kW, m);
+    for (int l = 0; l < kH && c + l * kW < head_dim; ++l) {
+      const M m = V::mask(head_dim - c - l * kW);
 #pragma GCC unroll 16
       for (int k = 0; k < R; ++k) {
-        const F f = V::fma(q, V::load_n(rp[k] + c + h * kW, m), acc[k][h]);
-        acc[k][h] = V::keep_n(f, acc[k][h], m);
+        const F x = V::load_n(rp[k] + c + l * kW, m);
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; ++h) {
+          const F q = V::load_n(qh + h * head_dim + c + l * kW, m);
+          const F f = V::fma(q, x, acc[k * NH + h][l]);
+          acc[k * NH + h][l] = V::keep_n(f, acc[k * NH + h][l], m);
+        }
       }
     }
-    V::reduce16_rows(acc, scale, s, nr);
+    if constexpr (NH == 1) {
+      V::reduce16_rows(acc, scale, s, nr);
+    } else {
+      static_assert(NH == V::kScoreHeads, "V::reduce16_rows_heads stores kScoreHeads heads");
+      V::reduce16_rows_heads(acc, scale, s, s_stride, nr);
+    }
   }
 
   static void scores(const float* q, int n_heads, int head_dim, const float* const* rows,
                      int n_rows, float scale, float* s, int64_t s_stride) {
-    constexpr int R = V::kScoreRows;
-    for (int r0 = 0; r0 < n_rows; r0 += R) {
-      const int nr = n_rows - r0 < R ? n_rows - r0 : R;
-      const float* rp[R];
-      for (int k = 0; k < R; ++k) rp[k] = rows[r0 + (k < nr ? k : nr - 1)];
-      for (int h = 0; h < n_heads; ++h) {
-        scores_tile(q + static_cast<int64_t>(h) * head_dim, head_dim, rp, scale,
-                    s + h * s_stride + r0, nr);
+    // Heads in groups of NH (V::kScoreHeads) on tiles of R rows, the rest
+    // one at a time on tiles of V::kScoreRows rows.
+    constexpr int NH = V::kScoreHeads, R = V::kScoreRows / NH, R1 = V::kScoreRows;
+    auto each_block = [&](int r_step, auto&& tile) {
+      for (int r0 = 0; r0 < n_rows; r0 += r_step) {
+        const int nr = n_rows - r0 < r_step ? n_rows - r0 : r_step;
+        const float* rp[V::kScoreRows];
+        for (int k = 0; k < r_step; ++k) rp[k] = rows[r0 + (k < nr ? k : nr - 1)];
+        tile(rp, r0, nr);
       }
+    };
+    int h0 = 0;
+    for (; NH > 1 && h0 + NH <= n_heads; h0 += NH) {
+      each_block(R, [&](const float* const* rp, int r0, int nr) {
+        scores_tile<R, NH>(q + static_cast<int64_t>(h0) * head_dim, head_dim, rp, scale,
+                           s + h0 * s_stride + r0, s_stride, nr);
+      });
+    }
+    for (; h0 < n_heads; ++h0) {
+      each_block(R1, [&](const float* const* rp, int r0, int nr) {
+        scores_tile<R1, 1>(q + static_cast<int64_t>(h0) * head_dim, head_dim, rp, scale,
+                           s + h0 * s_stride + r0, s_stride, nr);
+      });
     }
   }
 
@@ -201,41 +234,74 @@ struct OpsVec {
     return reduce(acc);
   }
 
-  // One head, dims [d0, d0 + kW * NV) of o (the last register only the lanes
-  // of `last`), accumulated over all rows in order.
-  template <int NV>
-  static void accumulate_tile(const float* ph, const float* const* rows, int n_rows, int d0, M last,
-                              float* oh) {
-    F acc[NV];
+  // NH heads (ph, oh: head h at ph + h * p_stride, oh + h * head_dim), dims
+  // [d0, d0 + kW * NV) of each (the last register only its first n_last lanes),
+  // accumulated over all rows in order. The heads share each row's loads,
+  // and NH * NV independent FMA chains hide the FMA latency.
+  template <int NV, int NH>
+  static void accumulate_tile(const float* ph, int64_t p_stride, const float* const* rows,
+                              int n_rows, int head_dim, int d0, int n_last, float* oh) {
+    const M last = V::mask(n_last);
+    F acc[NH][NV];
+#pragma GCC unroll 4
+    for (int h = 0; h < NH; ++h) {
+      float* o = oh + static_cast<int64_t>(h) * head_dim + d0;
 #pragma GCC unroll 8
-    for (int v = 0; v < NV - 1; ++v) acc[v] = V::load(oh + d0 + kW * v);
-    acc[NV - 1] = V::load_n(oh + d0 + kW * (NV - 1), last);
-    for (int r = 0; r < n_rows; ++r) {
-      const F p = V::set1(ph[r]);
-      const float* row = rows[r] + d0;
-#pragma GCC unroll 8
-      for (int v = 0; v < NV - 1; ++v) acc[v] = V::fma(p, V::load(row + kW * v), acc[v]);
-      acc[NV - 1] = V::fma(p, V::load_n(row + kW * (NV - 1), last), acc[NV - 1]);
+      for (int v = 0; v < NV - 1; ++v) acc[h][v] = V::load(o + kW * v);
+      acc[h][NV - 1] = V::load_n(o + kW * (NV - 1), last);
     }
+    for (int r = 0; r < n_rows; ++r) {
+      const float* row = rows[r] + d0;
+      F x[NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV - 1; ++v) V::store(oh + d0 + kW * v, acc[v]);
-    V::store_n(oh + d0 + kW * (NV - 1), acc[NV - 1], last);
+      for (int v = 0; v < NV - 1; ++v) x[v] = V::load(row + kW * v);
+      x[NV - 1] = V::load_n(row + kW * (NV - 1), last);
+#pragma GCC unroll 4
+      for (int h = 0; h < NH; ++h) {
+        const F p = V::set1(ph[h * p_stride + r]);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[h][v] = V::fma(p, x[v], acc[h][v]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < NH; ++h) {
+      float* o = oh + static_cast<int64_t>(h) * head_dim + d0;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV - 1; ++v) V::store(o + kW * v, acc[h][v]);
+      V::store_n(o + kW * (NV - 1), acc[h][NV - 1], last);
+    }
+  }
+
+  // Heads per accumulate tile of NV registers: V::kAccumRegs accumulators
+  // (at most 4 heads).
+  static constexpr int heads_for(int nv) {
+    const int nh = V::kAccumRegs / nv;
+    return nh < 1 ? 1 : nh > 4 ? 4 : nh;
+  }
+
+  using AccTile = void (*)(const float*, int64_t, const float* const*, int, int, int, int, float*);
+  template <int NV>
+  static constexpr std::array<AccTile, 4> acc_row() {
+    return {accumulate_tile<NV, 1>, accumulate_tile<NV, 2>, accumulate_tile<NV, 3>,
+            accumulate_tile<NV, 4>};
   }
 
   static void accumulate(const float* p, int n_heads, int64_t p_stride, const float* const* rows,
                          int n_rows, int head_dim, float* o) {
-    constexpr int kTile = 8 * kW;  // 8 registers: 8 independent FMA chains per row
-    using Tile = void (*)(const float*, const float* const*, int, int, M, float*);
-    static constexpr Tile kTiles[8] = {accumulate_tile<1>, accumulate_tile<2>, accumulate_tile<3>,
-                                       accumulate_tile<4>, accumulate_tile<5>, accumulate_tile<6>,
-                                       accumulate_tile<7>, accumulate_tile<8>};
-    for (int h = 0; h < n_heads; ++h) {
-      const float* ph = p + h * p_stride;
-      float* oh = o + static_cast<int64_t>(h) * head_dim;
-      for (int d0 = 0; d0 < head_dim; d0 += kTile) {
-        const int nd = head_dim - d0 < kTile ? head_dim - d0 : kTile;
-        const int nv = (nd + kW - 1) / kW;
-        kTiles[nv - 1](ph, rows, n_rows, d0, V::mask(nd - kW * (nv - 1)), oh);
+    constexpr int kTile = 8 * kW;  // up to 8 registers of one head per tile
+    // [NV - 1][NH - 1]
+    static constexpr std::array<std::array<AccTile, 4>, 8> kTiles = {
+        acc_row<1>(), acc_row<2>(), acc_row<3>(), acc_row<4>(),
+        acc_row<5>(), acc_row<6>(), acc_row<7>(), acc_row<8>()};
+    for (int d0 = 0; d0 < head_dim; d0 += kTile) {
+      const int nd = head_dim - d0 < kTile ? head_dim - d0 : kTile;
+      const int nv = (nd + kW - 1) / kW;
+      const int nh = heads_for(nv);
+      const int n_last = nd - kW * (nv - 1);
+      for (int h = 0; h < n_heads; h += nh) {
+        const int k = n_heads - h < nh ? n_heads - h : nh;
+        kTiles[nv - 1][k - 1](p + h * p_stride, p_stride, rows, n_rows, head_dim, d0, n_last,
+                              o + static_cast<int64_t>(h) * head_dim);
       }
     }
   }

@@ -22,6 +22,11 @@ struct Vec {
   static constexpr int kW = 16;
   // Rows of one scores tile: 16 accumulators of the 32 zmm registers.
   static constexpr int kScoreRows = 16;
+  // Query heads per scores tile (4 rows each): each row load feeds 4 FMAs
+  // (16 rows of one head needed a load per FMA).
+  static constexpr int kScoreHeads = 4;
+  // Accumulators of one attention accumulate tile: 16 of the 32 zmm registers.
+  static constexpr int kAccumRegs = 16;
 
   static F zero() { return _mm512_setzero_ps(); }
   static F set1(float v) { return _mm512_set1_ps(v); }
@@ -69,9 +74,9 @@ struct Vec {
   // out[k] = scale * reduce16(acc[k][0]) for k < n (n <= 16), all 16 at once.
   // Each level adds lane l and lane l + half of every accumulator (the pairs
   // of canonical.h's fold tree) while packing two accumulators into one
-  // register. After four levels key 4t + L sits at position 4L + t; one
-  // permute restores the order.
-  static void reduce16_rows(const F (*acc)[1], float scale, float* out, int n) {
+  // register. After four levels key 4t + L sits at position 4L + t
+  // (unpermuted: reduce16_fold); one permute restores the order.
+  static F reduce16_fold(const F (*acc)[1]) {
     F c[8], d[4], e[2];
     for (int i = 0; i < 8; ++i) {  // 16 -> 8 lanes: acc[l] + acc[l + 8]
       const F a = acc[2 * i][0], b = acc[2 * i + 1][0];
@@ -89,11 +94,26 @@ struct Vec {
                            _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
     }
     // 2 -> 1: s0 + s1.
-    const F f = _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                              _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(e[0], e[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  static void reduce16_rows(const F (*acc)[1], float scale, float* out, int n) {
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const F r = _mm512_mul_ps(_mm512_permutexvar_ps(idx, f), _mm512_set1_ps(scale));
+    const F r =
+        _mm512_mul_ps(_mm512_permutexvar_ps(idx, reduce16_fold(acc)), _mm512_set1_ps(scale));
     _mm512_mask_storeu_ps(out, mask(n), r);
+  }
+  // The same for 4 heads of 4 rows (acc[4 k + h]: head h, row k): out[h *
+  // stride + k] for k < n (n <= 4). Unpermuted, the fold leaves key 4 k + h
+  // at position 4 h + k, so head h's rows are 128-bit lane h, stored as is.
+  static void reduce16_rows_heads(const F (*acc)[1], float scale, float* out, int64_t stride,
+                                  int n) {
+    const F r = _mm512_mul_ps(reduce16_fold(acc), _mm512_set1_ps(scale));
+    const __mmask8 m = static_cast<__mmask8>((1u << n) - 1u);
+    _mm_mask_storeu_ps(out, m, _mm512_extractf32x4_ps(r, 0));
+    _mm_mask_storeu_ps(out + stride, m, _mm512_extractf32x4_ps(r, 1));
+    _mm_mask_storeu_ps(out + 2 * stride, m, _mm512_extractf32x4_ps(r, 2));
+    _mm_mask_storeu_ps(out + 3 * stride, m, _mm512_extractf32x4_ps(r, 3));
   }
 };
 

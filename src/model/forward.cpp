@@ -119,9 +119,6 @@ ForwardContext::ForwardContext(const Model& model, KvBlockPool& pool, ThreadPool
         "{} (layers {}, KV heads {}, head size {})",
         l.n_layer, l.n_kv_heads, l.head_dim, model.path(), hp.n_layer, hp.n_head_kv, hp.head_dim));
   }
-  const int group = hp.n_head / hp.n_head_kv;
-  scores_.resize(static_cast<size_t>(threads.size()) * static_cast<size_t>(group) *
-                 static_cast<size_t>(n_ctx));
 }
 
 ForwardContext::~ForwardContext() = default;
@@ -382,20 +379,42 @@ void ForwardContext::attention(const TokenRef* toks, int n, int layer) {
     seq_of[static_cast<size_t>(t)] = static_cast<int>(kvs.size()) - 1;
   }
 
+  std::vector<int64_t> n_visible(static_cast<size_t>(n));  // [n] causal: positions [0, pos]
+  int64_t max_visible = 1;
+  for (int t = 0; t < n; ++t) {
+    n_visible[static_cast<size_t>(t)] = int64_t{toks[t].pos} + 1;
+    max_visible = std::max(max_visible, n_visible[static_cast<size_t>(t)]);
+  }
+  // Work items: runs of up to run_max adjacent tokens of one sequence (a
+  // prefill chunk's tokens share each K/V read) times KV heads; up to 16
+  // tokens, as far as 2 MiB of scores per thread allows (long contexts take
+  // fewer). Speed only: no head's order depends on the runs.
+  const int64_t per_token = int64_t{group} * max_visible;  // scores of one token
+  const int run_max = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 19) / per_token, 1, 16));
+  const size_t per_thread = static_cast<size_t>(run_max * per_token);
+  if (scores_.size() < per_thread * static_cast<size_t>(threads_.size())) {
+    scores_.resize(per_thread * static_cast<size_t>(threads_.size()));
+  }
+  std::vector<int> runs;  // [n_runs + 1] first token of each run, then n
+  for (int t = 0; t < n; ++t) {
+    if (t == 0 || toks[t].seq != toks[t - 1].seq || t - runs.back() == run_max) runs.push_back(t);
+  }
+  runs.push_back(n);
   const float* q = q_.data();  // [n, n_head * head_dim]
   float* att = att_.data();    // [n, n_head * head_dim]
-  const int64_t n_items = static_cast<int64_t>(n) * hp.n_head_kv;
+  const int64_t n_items = static_cast<int64_t>(runs.size() - 1) * hp.n_head_kv;
   const Isa isa = isa_;
   auto run = [&](int64_t begin, int64_t end, int thread) {
-    // [group, n_ctx] probabilities of this thread
-    float* scores = scores_.data() + static_cast<size_t>(thread) * group * n_ctx_;
+    // [run_max, group, max_visible] probabilities of this thread
+    float* scores = scores_.data() + static_cast<size_t>(thread) * per_thread;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / hp.n_head_kv;
+      const size_t r = static_cast<size_t>(item / hp.n_head_kv);
       const int g = static_cast<int>(item % hp.n_head_kv);
-      const int64_t n_visible = int64_t{toks[t].pos} + 1;  // causal: positions [0, pos]
+      const int t = runs[r];
       const int64_t off = t * n_q + static_cast<int64_t>(g) * group * hp.head_dim;
-      kernels::attention_gqa(q + off, group, kvs[static_cast<size_t>(seq_of[t])], g, n_visible,
-                             hp.head_dim, scale, scores, att + off, isa);
+      kernels::attention_tokens(q + off, n_q, runs[r + 1] - t, &n_visible[static_cast<size_t>(t)],
+                                group, kvs[static_cast<size_t>(seq_of[t])], g, hp.head_dim, scale,
+                                scores, att + off, isa);
     }
   };
   // Roughly 2 multiply-adds per visible position, head dim and query head.
@@ -404,7 +423,9 @@ void ForwardContext::attention(const TokenRef* toks, int n, int layer) {
   if (work < kernels::kMinParallelWork) {
     run(0, n_items, 0);
   } else {
-    threads_.parallel_for(n_items, run);
+    // Later tokens see more rows: several chunks per thread even out the
+    // causal triangle's uneven items.
+    threads_.parallel_for(n_items, run, 8);
   }
 }
 
