@@ -97,7 +97,8 @@ void attention_gqa(const float* q, int n_q_heads, const PagedKv& kv, int kv_head
 // rows [0, n_kv[i]) (n_kv[i] <= 0: zeros). Its heads are at q + i * q_stride
 // and out + i * q_stride ([n_q_heads, head_dim] each); scores: scratch
 // [n_tok * n_q_heads, n_max] (n_max: the largest n_kv[i]; token i's head h
-// uses row i * n_q_heads + h). Bit-identical to attention_gqa per token:
+// uses row i * n_q_heads + h). q_stride >= n_q_heads * head_dim when
+// n_tok > 1; out must not alias q. Bit-identical to attention_gqa per token:
 // only the sharing of K/V reads and widenings changes, not any head's order.
 void attention_tokens(const float* q, int64_t q_stride, int n_tok, const int64_t* n_kv,
                       int n_q_heads, const PagedKv& kv, int kv_head, int head_dim, float scale,

@@ -19,8 +19,8 @@ namespace {
 struct Vec {
   using F = __m256;
   static constexpr int kW = 8;
-  // Rows of one scores tile (reduce16_rows): 4 x 2 accumulators + loads fit
-  // the 16 ymm registers.
+  // Accumulator pairs of one scores tile (rows x heads, reduce16_rows): 4 x 2
+  // accumulators + loads fit the 16 ymm registers.
   static constexpr int kScoreRows = 4;
   // Query heads per scores tile: one (2 heads x 2 rows measured no faster;
   // the tile's loads already fit beside its 8 accumulators).

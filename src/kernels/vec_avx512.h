@@ -20,7 +20,8 @@ namespace {
 struct Vec {
   using F = __m512;
   static constexpr int kW = 16;
-  // Rows of one scores tile: 16 accumulators of the 32 zmm registers.
+  // Accumulators of one scores tile (rows x heads, reduce16_rows): 16 of the
+  // 32 zmm registers.
   static constexpr int kScoreRows = 16;
   // Query heads per scores tile (4 rows each): each row load feeds 4 FMAs
   // (16 rows of one head needed a load per FMA).
@@ -71,7 +72,8 @@ struct Vec {
   }
   static void lanes(F v, float* out) { _mm512_storeu_ps(out, v); }
 
-  // out[k] = scale * reduce16(acc[k][0]) for k < n (n <= 16), all 16 at once.
+  // reduce16 of acc[k][0] for all 16 k at once (reduce16_rows: out[k] =
+  // scale * that, for k < n, n <= 16).
   // Each level adds lane l and lane l + half of every accumulator (the pairs
   // of canonical.h's fold tree) while packing two accumulators into one
   // register. After four levels key 4t + L sits at position 4L + t
