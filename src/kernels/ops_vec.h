@@ -272,16 +272,17 @@ struct OpsVec {
     }
   }
 
-  // Heads per accumulate tile of NV registers: V::kAccumRegs accumulators
-  // (at most 4 heads).
+  // Heads per accumulate tile of NV registers: V::kAccumRegs accumulators,
+  // at most kAccHeads heads.
+  static constexpr int kAccHeads = 4;
   static constexpr int heads_for(int nv) {
     const int nh = V::kAccumRegs / nv;
-    return nh < 1 ? 1 : nh > 4 ? 4 : nh;
+    return nh < 1 ? 1 : nh > kAccHeads ? kAccHeads : nh;
   }
 
   using AccTile = void (*)(const float*, int64_t, const float* const*, int, int, int, int, float*);
   template <int NV>
-  static constexpr std::array<AccTile, 4> acc_row() {
+  static constexpr std::array<AccTile, kAccHeads> acc_row() {
     return {accumulate_tile<NV, 1>, accumulate_tile<NV, 2>, accumulate_tile<NV, 3>,
             accumulate_tile<NV, 4>};
   }
@@ -290,7 +291,7 @@ struct OpsVec {
                          int n_rows, int head_dim, float* o) {
     constexpr int kTile = 8 * kW;  // up to 8 registers of one head per tile
     // [NV - 1][NH - 1]
-    static constexpr std::array<std::array<AccTile, 4>, 8> kTiles = {
+    static constexpr std::array<std::array<AccTile, kAccHeads>, 8> kTiles = {
         acc_row<1>(), acc_row<2>(), acc_row<3>(), acc_row<4>(),
         acc_row<5>(), acc_row<6>(), acc_row<7>(), acc_row<8>()};
     for (int d0 = 0; d0 < head_dim; d0 += kTile) {

@@ -66,6 +66,15 @@ struct Format {
 // -> 30.9; 8 streams of 1b Q4_K_M 277 -> 334 tok/s). Speed only.
 constexpr int kPrefetchLocality = 2;
 
+// Asks for the n bytes at p of the panel after p's (pbytes further on).
+inline void prefetch_next_panel(const uint8_t* p, size_t n, size_t pbytes) {
+  for (size_t off = 0; off < n; off += 64) {
+    // an address, not a pointer into the array: the last panel's "next" is past its end
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + pbytes + off;
+    __builtin_prefetch(reinterpret_cast<const void*>(ahead), 0, kPrefetchLocality);
+  }
+}
+
 // Rows [h0 * V::kW, (h0 + NH) * V::kW) of one panel (NH registers of V::kW
 // rows side by side), activation rows i0 + [0, C): out[c * 16 + r] = y
 // (before NaN canonicalisation). `stream`: the panel is being read from
@@ -102,6 +111,7 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
     for (int h = 0; h < NH; ++h) acc[h][c] = accm[h][c] = V::zero();
   }
   const I lo4 = V::set1_epi8(0x0f), bit4 = V::set1_epi8(0x10), bits45 = V::set1_epi8(0x30);
+  const bool ask_next = C <= 2 || stream;  // ask for the next panel's bytes meanwhile
   for (int64_t u = 0; u < n_units; ++u) {
     const uint8_t* unit = panel + static_cast<size_t>(u) * kUnitBytes;
     F d[NH], wm_legacy[NH], dmin[NH];
@@ -112,25 +122,14 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
         dmin[h] = V::load_f16(unit + kHeadM + 2 * hb[h]);
       }
     }
-    if (C <= 2 || stream) {  // the next panel's unit head (its scales), as its groups below
-      for (size_t off = 0; off < kHead; off += 64) {
-        const uintptr_t ahead = reinterpret_cast<uintptr_t>(unit) + pbytes + off;
-        __builtin_prefetch(reinterpret_cast<const void*>(ahead), 0, kPrefetchLocality);
-      }
-    }
+    if (ask_next) prefetch_next_panel(unit, kHead, pbytes);  // its unit head (the scales)
     const int64_t unit_groups = std::min<int64_t>(kPerUnit, n_groups - u * kPerUnit);
     for (int64_t gi = 0; gi < unit_groups; ++gi) {
       const int64_t g = u * kPerUnit + gi;
       const uint8_t* grp = unit + kHead + static_cast<size_t>(gi) * kGroupBytes;
       const int64_t ga = g * a.block;        // this group's d, asum, isum / 2
       const int8_t* const qg = q + ga * 32;  // [block][32] this group's values
-      if (C <= 2 || stream) {
-        for (size_t off = 0; off < kGroupBytes; off += 64) {
-          // an address, not a pointer into the array: the last panel's "next" is past its end
-          const uintptr_t ahead = reinterpret_cast<uintptr_t>(grp) + pbytes + off;
-          __builtin_prefetch(reinterpret_cast<const void*>(ahead), 0, kPrefetchLocality);
-        }
-      }
+      if (ask_next) prefetch_next_panel(grp, kGroupBytes, pbytes);  // the same group
       // Q6_K where V multiplies the sub-scales as it widens its int16 sums
       // (V::kScaledDot): per register the pairs (sc_a, sc_b) of each row as
       // int16, and each scale twice in a 32-bit lane.

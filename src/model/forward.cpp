@@ -381,9 +381,11 @@ void ForwardContext::attention(const TokenRef* toks, int n, int layer) {
 
   std::vector<int64_t> n_visible(static_cast<size_t>(n));  // [n] causal: positions [0, pos]
   int64_t max_visible = 1;
+  int64_t work = 0;  // roughly 2 multiply-adds per visible position, head dim and query head
   for (int t = 0; t < n; ++t) {
-    n_visible[static_cast<size_t>(t)] = int64_t{toks[t].pos} + 1;
-    max_visible = std::max(max_visible, n_visible[static_cast<size_t>(t)]);
+    const int64_t v = n_visible[static_cast<size_t>(t)] = int64_t{toks[t].pos} + 1;
+    max_visible = std::max(max_visible, v);
+    work += v * n_q * 2;
   }
   // Work items: runs of up to run_max adjacent tokens of one sequence (a
   // prefill chunk's tokens share each K/V read) times KV heads; up to 16
@@ -417,9 +419,6 @@ void ForwardContext::attention(const TokenRef* toks, int n, int layer) {
                                 scores, att + off, isa);
     }
   };
-  // Roughly 2 multiply-adds per visible position, head dim and query head.
-  int64_t work = 0;
-  for (int t = 0; t < n; ++t) work += (int64_t{toks[t].pos} + 1) * n_q * 2;
   if (work < kernels::kMinParallelWork) {
     run(0, n_items, 0);
   } else {
