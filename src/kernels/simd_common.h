@@ -1,6 +1,6 @@
-// Pieces shared by the float kernels of both SIMD ISAs (included by
-// matmul_avx2.cpp and matmul_avx512.cpp, which are compiled with AVX2 and
-// F16C): reduce8 and in_register. In an anonymous namespace: each file gets its own
+// Pieces shared by the kernels of both SIMD ISAs (included by
+// matmul_avx2.cpp, matmul_avx512.cpp and panel_kernel.h, compiled with AVX2
+// and F16C at least): reduce8 and in_register. In an anonymous namespace: each file gets its own
 // copy, compiled for its own ISA (one shared inline copy could be the
 // AVX-512 one, called from the AVX2 kernels).
 #pragma once
