@@ -116,10 +116,17 @@ mm::ActRows quantize_activations(const float* x, int64_t cols, int64_t m, Thread
   const int64_t mr = round_up(m, block);  // rows allocated: whole blocks
   // Zero-padded to kp (quantize_act writes only the first cols values and
   // groups of a row; the kernels read only cols).
-  int8_t* const act_q = grow(s.act_q, mr * kp);             // [mr / block, kp / 32, block, 32]
-  float* const act_f = grow(s.act_f, 2 * mr * n_groups);    // [2][mr / block, kp / 32, block]
-  int32_t* const act_i = grow(s.act_i, mr * n_groups * 2);  // [mr / block, kp / 32, block, 2]
-  const ActRows act{act_q, act_f, act_f + mr * n_groups, act_i, kp, block};
+  int8_t* const act_q = grow(s.act_q, mr * kp);           // [mr / block, kp / 32, block, 32]
+  float* const act_f = grow(s.act_f, 2 * mr * n_groups);  // [2][mr / block, kp / 32, block]
+  // [mr / block, kp / 32, block, 2] isum, then [mr / block, kp / 32, block] qsum
+  int32_t* const act_i = grow(s.act_i, mr * n_groups * 3);
+  const ActRows act{.q = act_q,
+                    .d = act_f,
+                    .asum = act_f + mr * n_groups,
+                    .isum = act_i,
+                    .qsum = act_i + mr * n_groups * 2,
+                    .kp = kp,
+                    .block = block};
   prepare_rows(m, block, pool, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       kt.quantize_act(x + i * cols, cols, act, i);
@@ -136,6 +143,7 @@ mm::ActRows quantize_activations(const float* x, int64_t cols, int64_t m, Thread
         }
         act_i[2 * mm::act_at(act, i, g)] = lo;
         act_i[2 * mm::act_at(act, i, g) + 1] = hi;
+        act.qsum[mm::act_at(act, i, g)] = lo + hi;
       }
     }
   });

@@ -102,6 +102,11 @@ struct ActRows {
   float* d = nullptr;       // [blocks, kp / 32, block]
   float* asum = nullptr;    // [blocks, kp / 32, block]
   int32_t* isum = nullptr;  // [blocks, kp / 32, block, 2] sum_k q_k over each 16 values
+  // [blocks, kp / 32, block] sum_k q_k over each group (isum's halves added):
+  // the kernels subtract offset * qsum for stored values with an offset,
+  // from memory (a broadcast load) instead of adding the halves in scalar
+  // registers per tile row.
+  int32_t* qsum = nullptr;
   int64_t kp = 0;
   int64_t block = kActRows;  // rows per block, <= kActRows
 };

@@ -107,6 +107,7 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
   const float* const da = a.d + at;
   const float* const as = a.asum + at;
   const int32_t* const is = a.isum + at * 2;
+  const int32_t* const qs = a.qsum + at;
   F acc[NH][C], accm[NH][C];
   for (int c = 0; c < C; ++c) {
     for (int h = 0; h < NH; ++h) acc[h][c] = accm[h][c] = V::zero();
@@ -277,7 +278,13 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
                        V::mullo(sc_b, V::sub(s_hi[h][c], V::bcast(kTotalBias * i_hi))));
           } else {
             s = kHalves ? V::add(s_lo[h][c], s_hi[h][c]) : s_lo[h][c];
-            if constexpr (kTotalBias != 0) s = V::sub(s, V::bcast(kTotalBias * (i_lo + i_hi)));
+            if constexpr (kTotalBias != 0) {
+              // offset * qsum: a broadcast load and a shift (kept apart by
+              // in_register: GCC would shift and add in scalar registers)
+              static_assert((kTotalBias & (kTotalBias - 1)) == 0, "a power of two");
+              constexpr int kShift = __builtin_ctz(kTotalBias);
+              s = V::sub(s, V::template slli<kShift>(in_register(V::bcast(qs[ga + c]))));
+            }
           }
           acc[h][c] = V::fma(V::cvt(s), V::mul(ws, V::set1(da[ga + c])), acc[h][c]);
           if constexpr (kMin) accm[h][c] = V::fma(wm, V::set1(as[ga + c]), accm[h][c]);
