@@ -141,8 +141,8 @@ mm::ActRows quantize_activations(const float* x, int64_t cols, int64_t m, Thread
           lo += qg[k];
           hi += qg[16 + k];
         }
-        act_i[2 * mm::act_at(act, i, g)] = lo;
-        act_i[2 * mm::act_at(act, i, g) + 1] = hi;
+        act.isum[2 * mm::act_at(act, i, g)] = lo;
+        act.isum[2 * mm::act_at(act, i, g) + 1] = hi;
         act.qsum[mm::act_at(act, i, g)] = lo + hi;
       }
     }

@@ -88,7 +88,7 @@ struct MatmulScratch {
   // The quantised activations, rows interleaved in blocks (mm::ActRows).
   std::vector<int8_t> act_q;   // [m, Kp] values
   std::vector<float> act_f;    // [2][m, Kp / 32] their scales and sums
-  std::vector<int32_t> act_i;  // [m, Kp / 16] their integer sums per 16 values
+  std::vector<int32_t> act_i;  // [3][m, Kp / 32] their integer sums per 16 values, per 32
 };
 
 // y = x W^T for a batch of m activations: y[i][r] = sum_c W[r][c] * x[i][c].

@@ -113,7 +113,7 @@ struct ActRows {
 
 namespace {  // see padded_k
 // The index of (activation row i, group g) among the per-group entries
-// (d, asum; q and isum scaled by 32 and 2).
+// (d, asum, qsum; q and isum scaled by 32 and 2).
 inline int64_t act_at(const ActRows& a, int64_t i, int64_t g) {
   return ((i / a.block) * (a.kp / kGroup) + g) * a.block + i % a.block;
 }

@@ -129,7 +129,7 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
     for (int64_t gi = 0; gi < unit_groups; ++gi) {
       const int64_t g = u * kPerUnit + gi;
       const uint8_t* grp = unit + kHead + static_cast<size_t>(gi) * kGroupBytes;
-      const int64_t ga = g * a.block;        // this group's d, asum, isum / 2
+      const int64_t ga = g * a.block;        // this group's d, asum, qsum, isum / 2
       const int8_t* const qg = q + ga * 32;  // [block][32] this group's values
       if (ask_next) prefetch_next_panel(grp, kGroupBytes, pbytes);  // the same group
       // Q6_K where V multiplies the sub-scales as it widens its int16 sums
@@ -149,7 +149,7 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
       // registers: larger tiles), or in two where the tile has too few
       // chains to hide vpdpbusd's latency (decode; AVX2's 4-bit int16 sums
       // take one register either way). Exact either way.
-      constexpr bool kHalves = kScales == PanelScales::Q6K || NH * C < 4;
+      constexpr bool kHalves = (kScales == PanelScales::Q6K && !V::kScaledDot) || NH * C < 4;
       constexpr bool kI16 = V::kI16Acc && kVals != PanelValues::I8;
       constexpr int kI16Chunks = kVals == PanelValues::U6 ? 2 : 4;
       // Q6_K's sub-scales ride in the madd that widens its int16 sums, so
@@ -222,8 +222,9 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
                 if constexpr ((j + 1) % kI16Chunks == 0) {  // widen before int16 can overflow
                   if constexpr (kScales == PanelScales::Q6K) {
                     s_lo[h][c] = V::widen_scaled(s_lo[h][c], t_lo[c], sc_a16[h]);
-                    // scaled already: both halves sum in one register (3 fewer
-                    // live, Q6_K 45.3 -> 41.8 ms as above; exact)
+                    // scaled already: both halves sum in one register (one
+                    // register fewer per activation row; Q6_K 45.3 -> 41.8 ms
+                    // as above; exact)
                     s_lo[h][c] = in_register(V::widen_scaled(s_lo[h][c], t_hi[c], sc_b16[h]));
                   } else {
                     s_lo[h][c] = V::widen(s_lo[h][c], t_lo[c]);
