@@ -86,9 +86,10 @@ struct MatmulScratch {
   std::vector<PerThread> threads;  // [pool size], by ThreadPool's `thread` index
   std::vector<float> x;            // [m, K + 32] the activations in chain order
   // The quantised activations, rows interleaved in blocks (mm::ActRows).
-  std::vector<int8_t> act_q;   // [m, Kp] values
-  std::vector<float> act_f;    // [2][m, Kp / 32] their scales and sums
-  std::vector<int32_t> act_i;  // [3][m, Kp / 32] their integer sums per 16 values, per 32
+  std::vector<int8_t> act_q;  // [m, Kp] values
+  std::vector<float> act_f;   // [2][m, Kp / 32] their scales and sums
+  // [m, Kp / 16] their integer sums per 16 values (isum), then [m, Kp / 32] per group (qsum)
+  std::vector<int32_t> act_i;
 };
 
 // y = x W^T for a batch of m activations: y[i][r] = sum_c W[r][c] * x[i][c].

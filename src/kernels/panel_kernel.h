@@ -266,6 +266,7 @@ void tile(const uint8_t* panel, int64_t k, const ActRows& a, int64_t i0, int h0,
           sc_b = V::high16(pairs);
         }
         for (int c = 0; c < C; ++c) {
+          // Q6_K's halves (the other types' offset takes qsum below)
           const int32_t i_lo = is[2 * (ga + c)], i_hi = is[2 * (ga + c) + 1];
           I s;
           if constexpr (kScales == PanelScales::Q6K && V::kScaledDot) {
